@@ -1,0 +1,173 @@
+package shed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxLayers is the most layers one chain runs. A Grant keeps its leases
+// inline, so admitting a request allocates nothing.
+const MaxLayers = 8
+
+// Config configures a Chain.
+type Config struct {
+	// Layers run in order, each wrapping the next: a request reaches layer
+	// i+1 only when layers 0..i admitted it. Required: 1 to MaxLayers.
+	Layers []Layer
+	// Observer receives every decision and release; nil records nothing.
+	Observer Observer
+	// Clock times decisions for the observer (default SystemClock).
+	Clock Clock
+}
+
+// Chain runs layers in sequence for each request. A later layer's rejection
+// releases what earlier layers granted, in reverse order, with Unused. It is
+// safe for concurrent use.
+type Chain struct {
+	layers []Layer
+	names  []string
+	obs    Observer
+	clock  Clock
+}
+
+// NewChain checks cfg and builds the chain.
+func NewChain(cfg Config) (*Chain, error) {
+	if len(cfg.Layers) == 0 {
+		return nil, errors.New("shed: Config.Layers is empty: a chain needs at least one layer")
+	}
+	if len(cfg.Layers) > MaxLayers {
+		return nil, fmt.Errorf("shed: Config.Layers has %d layers, at most %d are supported", len(cfg.Layers), MaxLayers)
+	}
+	c := &Chain{layers: make([]Layer, len(cfg.Layers)), names: make([]string, len(cfg.Layers)),
+		obs: cfg.Observer, clock: ClockOr(cfg.Clock)}
+	for i, l := range cfg.Layers {
+		if l == nil {
+			return nil, fmt.Errorf("shed: Config.Layers[%d] is nil", i)
+		}
+		c.layers[i] = l
+		c.names[i] = l.Name()
+	}
+	return c, nil
+}
+
+// Layers returns the chain's layers, in order.
+func (c *Chain) Layers() []Layer { return append([]Layer(nil), c.layers...) }
+
+// Grant holds the leases one admitted request took from the chain's layers.
+// Its zero value holds nothing. Release it exactly once, when the work ends.
+type Grant struct {
+	chain  *Chain
+	req    Request
+	n      int
+	leases [MaxLayers]Lease
+}
+
+// Leases returns the leases held, in layer order.
+func (g *Grant) Leases() []Lease { return g.leases[:g.n] }
+
+// Request returns the request as the layers saw it (deadline and cost filled in).
+func (g *Grant) Request() Request { return g.req }
+
+// Release gives back every lease, the last layer's first. Only the first
+// call has an effect.
+func (g *Grant) Release(o Outcome) {
+	for i := g.n - 1; i >= 0; i-- {
+		g.release(i, o)
+	}
+	g.n = 0
+}
+
+func (g *Grant) release(i int, o Outcome) {
+	l := &g.leases[i]
+	if !l.Held() {
+		return
+	}
+	l.Release(o)
+	if c := g.chain; c != nil && c.obs != nil {
+		c.obs.Observe(Event{Layer: c.names[i], Priority: g.req.Priority, Kind: Released, Outcome: o})
+	}
+}
+
+// Prepare fills in what the layers expect of a request: a cost of at least
+// 1, the context's deadline when the request has none, and the context's
+// priority (WithPriority) when the request says Default.
+func Prepare(ctx context.Context, req Request) Request {
+	if req.Cost < 1 {
+		req.Cost = 1
+	}
+	if req.Deadline.IsZero() {
+		if d, ok := ctx.Deadline(); ok {
+			req.Deadline = d
+		}
+	}
+	if req.Priority == Default {
+		if p, ok := PriorityFrom(ctx); ok {
+			req.Priority = p
+		}
+	}
+	return req
+}
+
+// Acquire runs req through every layer, filling g with their leases. On a
+// rejection it releases what earlier layers granted (with Unused) and
+// returns the layer's error (a *Rejection, or a context error when the
+// caller went away while waiting); g then holds nothing.
+func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
+	req = Prepare(ctx, req)
+	g.chain, g.req, g.n = c, req, 0
+	for i, layer := range c.layers {
+		var start time.Time
+		if c.obs != nil {
+			start = c.clock.Now()
+		}
+		lease, err := layer.Acquire(ctx, req)
+		if err != nil {
+			if c.obs != nil {
+				c.obs.Observe(RejectedEvent(c.names[i], req, err, c.clock.Now().Sub(start)))
+			}
+			g.Release(Unused)
+			return err
+		}
+		g.leases[i] = lease
+		g.n = i + 1
+		if c.obs != nil {
+			c.obs.Observe(AdmittedEvent(c.names[i], req, &g.leases[i], c.clock.Now().Sub(start)))
+		}
+	}
+	return nil
+}
+
+// Do runs fn if every layer admits req, and releases the leases when fn
+// returns: Completed on success, Failed on an error, Dropped when ctx ended
+// first. If fn panics, the leases are released (Failed) and the panic goes on.
+// A rejection is returned as is; use errors.As to get the *Rejection.
+func (c *Chain) Do(ctx context.Context, req Request, fn func(context.Context) error) error {
+	var g Grant
+	if err := c.Acquire(ctx, req, &g); err != nil {
+		return err
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			g.Release(Failed)
+		}
+	}()
+	err := fn(ctx)
+	returned = true
+	g.Release(OutcomeOf(ctx, err))
+	return err
+}
+
+// OutcomeOf classifies how work ended: Dropped when ctx is done (the caller
+// went away), Failed on an error, Completed otherwise.
+func OutcomeOf(ctx context.Context, err error) Outcome {
+	switch {
+	case ctx.Err() != nil:
+		return Dropped
+	case err != nil:
+		return Failed
+	}
+	return Completed
+}

@@ -1,0 +1,128 @@
+package shed
+
+import (
+	"context"
+	"time"
+)
+
+// Layer answers one question for one request: may it go on? Acquire returns
+// a Lease when it may, and an error (a *Rejection when the layer said no, a
+// context error when the caller went away while it waited) when it may not.
+//
+// Acquire must be safe for concurrent use and must not block past the
+// request's deadline or the layer's own bound.
+type Layer interface {
+	// Name identifies the layer in rejections, metrics and logs.
+	Name() string
+	Acquire(ctx context.Context, req Request) (Lease, error)
+}
+
+// Releaser gives back what a lease holds. Layers implement it; callers use
+// Lease.Release instead.
+type Releaser interface {
+	Release(lease *Lease, outcome Outcome)
+}
+
+// Outcome says how the work behind a lease ended. Adaptive layers learn only
+// from Completed and Failed: a Dropped or Unused lease says nothing about
+// the service.
+type Outcome uint8
+
+const (
+	// Completed: the work finished normally.
+	Completed Outcome = iota
+	// Failed: the work finished with an error, or panicked.
+	Failed
+	// Dropped: the caller went away (cancelled or timed out) before the work
+	// finished.
+	Dropped
+	// Unused: the work never ran because a later layer rejected the request.
+	// A layer may give back what the lease took (a rate token, say).
+	Unused
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	case Dropped:
+		return "dropped"
+	case Unused:
+		return "unused"
+	}
+	return "outcome(?)"
+}
+
+// Lease is what a layer granted. It is a value, so that granting one costs
+// no allocation; the layer keeps what it needs to release it in Ref and ID
+// (Ref holds a pointer, never a value that would need boxing).
+//
+// Release gives it back exactly once: a second Release of the same Lease
+// does nothing. Copies of a lease are independent, so release the one you
+// were given, not a copy.
+type Lease struct {
+	releaser Releaser
+
+	// Ref and ID are the granting layer's handle on what the lease holds.
+	Ref any
+	ID  uint64
+	// Cost is the units the lease holds.
+	Cost int64
+	// Acquired is when the layer granted the lease, for layers that measure
+	// latency; zero when the layer does not need it.
+	Acquired time.Time
+
+	// Quota describes the limit that admitted the request, for the
+	// RateLimit response headers; zero when the layer has none to tell.
+	Quota Quota
+	// Waited is how long the request waited in a queue before it was granted.
+	Waited time.Duration
+	// Over is set when the request was admitted above its limit, by a soft
+	// or elastic allowance.
+	Over bool
+	// DryRun is set when the layer would have rejected the request but is
+	// in dry-run mode.
+	DryRun bool
+	// Fallback is set when the layer decided from a local estimate because
+	// its shared store (Redis) did not answer in time.
+	Fallback bool
+}
+
+// NewLease returns a lease that r will release.
+func NewLease(r Releaser) Lease { return Lease{releaser: r} }
+
+// Held reports whether the lease still has something to release.
+func (l *Lease) Held() bool { return l.releaser != nil }
+
+// Release gives the lease back with the outcome of the work. Only the first
+// call on a lease has an effect.
+func (l *Lease) Release(o Outcome) {
+	r := l.releaser
+	if r == nil {
+		return
+	}
+	l.releaser = nil
+	r.Release(l, o)
+}
+
+// Quota is one limit as the RateLimit headers describe it
+// (draft-ietf-httpapi-ratelimit-headers): a named policy of Limit units per
+// Window, with Remaining units left and Reset until they are all back.
+type Quota struct {
+	// Policy names the limit ("per-key", "per-route", "in-flight").
+	Policy string
+	// Limit is the quota: how many units the policy allows per Window.
+	Limit int64
+	// Window is the policy's time window; zero for limits on requests in
+	// flight, which have none.
+	Window time.Duration
+	// Remaining is how many units are left now.
+	Remaining int64
+	// Reset is how long until the quota is restored in full.
+	Reset time.Duration
+}
+
+// IsZero reports whether q says nothing.
+func (q Quota) IsZero() bool { return q.Policy == "" && q.Limit == 0 }

@@ -1,0 +1,102 @@
+package shed
+
+import "time"
+
+// EventKind says what happened to a request at one layer.
+type EventKind uint8
+
+const (
+	// Admitted: the layer granted a lease (possibly over its limit, after a
+	// wait, or from a fallback estimate: see the Event's flags).
+	Admitted EventKind = iota
+	// Rejected: the layer said no.
+	Rejected
+	// WouldReject: the layer is in dry run and would have said no; the
+	// request was admitted.
+	WouldReject
+	// Released: a lease was given back with an Outcome.
+	Released
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Admitted:
+		return "admitted"
+	case Rejected:
+		return "rejected"
+	case WouldReject:
+		return "would_reject"
+	case Released:
+		return "released"
+	}
+	return "event(?)"
+}
+
+// Event is one decision or release at one layer. It carries no key, so that
+// metrics built from it keep a bounded number of label values.
+type Event struct {
+	Layer    string
+	Priority Priority
+	Kind     EventKind
+	// Outcome is set for Released.
+	Outcome Outcome
+	// Queued is set when the request waited in a queue; Wait says how long.
+	Queued bool
+	Wait   time.Duration
+	// Over is set when the request was admitted above its limit (soft or
+	// elastic allowance).
+	Over bool
+	// Fallback is set when the layer decided from a local estimate because
+	// its shared store did not answer.
+	Fallback bool
+	// Latency is how long the layer took to decide (including any wait).
+	Latency time.Duration
+	// Status is the rejection's HTTP status, for Rejected.
+	Status int
+}
+
+// Observer receives every decision. Observe is called outside any lock of
+// the layers, on the request's goroutine, so it must be quick and safe for
+// concurrent use; it must not call back into the layer that reported.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Observers fans one event out to several observers, in order.
+type Observers []Observer
+
+// Observe calls every observer.
+func (os Observers) Observe(e Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}
+
+// AdmittedEvent describes a lease just granted by layer.
+func AdmittedEvent(layer string, req Request, l *Lease, latency time.Duration) Event {
+	k := Admitted
+	if l.DryRun {
+		k = WouldReject
+	}
+	return Event{Layer: layer, Priority: req.Priority, Kind: k, Queued: l.Waited > 0, Wait: l.Waited,
+		Over: l.Over, Fallback: l.Fallback, Latency: latency}
+}
+
+// RejectedEvent describes a rejection (or, for a non-rejection error such as a
+// cancelled wait, a rejection with status 0).
+func RejectedEvent(layer string, req Request, err error, latency time.Duration) Event {
+	e := Event{Layer: layer, Priority: req.Priority, Kind: Rejected, Latency: latency}
+	if r, ok := err.(*Rejection); ok {
+		e.Status = r.Status
+		e.Queued = r.Waited > 0
+		e.Wait = r.Waited
+		e.Fallback = r.Fallback
+	}
+	return e
+}

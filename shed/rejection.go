@@ -1,0 +1,84 @@
+package shed
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrRejected matches every *Rejection with errors.Is, for callers that only
+// need to know that some layer said no.
+var ErrRejected = errors.New("shed: request rejected")
+
+// Rejection is a layer's "no". Use errors.As to get it from an error returned
+// by Acquire, the chain or Do.
+type Rejection struct {
+	// Layer names the layer that rejected the request.
+	Layer string
+	// Status is the HTTP status to answer with: 429 (http.StatusTooManyRequests)
+	// when the client went over its own limit, 503
+	// (http.StatusServiceUnavailable) when the service is shedding load.
+	Status int
+	// RetryAfter is when trying again may succeed; zero when unknown.
+	RetryAfter time.Duration
+	// Reason is a short, client-safe explanation ("rate limit exceeded",
+	// "queue full").
+	Reason string
+	// Policies are the limits the request violated; may be empty.
+	Policies []Quota
+	// Priority is the rejected request's priority.
+	Priority Priority
+	// Waited is how long the request waited in a queue before it was rejected.
+	Waited time.Duration
+	// Fallback is set when the layer decided from a local estimate because its
+	// shared store did not answer.
+	Fallback bool
+}
+
+// Error describes the rejection for logs. It is not meant for clients: the
+// HTTP middleware writes a problem document built from the fields instead.
+func (r *Rejection) Error() string {
+	var b strings.Builder
+	b.WriteString("shed: ")
+	b.WriteString(r.Layer)
+	b.WriteString(" rejected ")
+	b.WriteString(r.Priority.String())
+	b.WriteString(" request (")
+	b.WriteString(strconv.Itoa(r.Status))
+	b.WriteString("): ")
+	b.WriteString(r.Reason)
+	if r.RetryAfter > 0 {
+		b.WriteString(", retry after ")
+		b.WriteString(r.RetryAfter.String())
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrRejected) true for every rejection.
+func (r *Rejection) Is(target error) bool { return target == ErrRejected }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, as the
+// Retry-After header wants it; at least 1 when RetryAfter is positive.
+func (r *Rejection) RetryAfterSeconds() int64 { return CeilSeconds(r.RetryAfter) }
+
+// CeilSeconds rounds d up to whole seconds; negative durations give 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Throttled builds a 429 rejection: the client went over its own limit.
+func Throttled(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
+	return &Rejection{Layer: layer, Status: http.StatusTooManyRequests, Reason: reason,
+		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
+}
+
+// Shed builds a 503 rejection: the service is shedding load.
+func Shed(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
+	return &Rejection{Layer: layer, Status: http.StatusServiceUnavailable, Reason: reason,
+		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
+}
