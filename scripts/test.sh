@@ -21,7 +21,9 @@ workdir=$(mktemp -d)
 pidfile="$workdir/redis.pid"
 cleanup() {
   if [ -f "$pidfile" ]; then
-    kill "$(cat "$pidfile")" 2>/dev/null || true
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -rf "$workdir"
 }
