@@ -234,11 +234,12 @@ func (q *WaitQueue) Wait(ctx context.Context, p Priority, deadline time.Time, ta
 		q.finish(victim, evicted)
 	}
 	w := &waiter{level: level, take: take, ready: make(chan struct{})}
+	// The timer is set before the waiter is visible (Len), so that a test
+	// that sees it queued also sees its timer on a manual clock. It cannot
+	// fire early: expire needs mu.
+	w.timer = q.clock.AfterFunc(timeout, func() { q.expire(w) })
 	q.push(w, start)
 	q.dispatch()
-	if w.state == waiting {
-		w.timer = q.clock.AfterFunc(timeout, func() { q.expire(w) })
-	}
 	q.mu.Unlock()
 
 	select {
