@@ -139,3 +139,85 @@ var (
 	// ErrEmptyKey: the key is empty.
 	ErrEmptyKey = errors.New("ratelimit: empty key")
 )
+
+// ErrInvalidCost: a cost below 1 was asked for.
+var ErrInvalidCost = errors.New("ratelimit: cost must be at least 1")
+
+// MaxSlidingLogQuantity is the largest Quantity a SlidingLog limit may have:
+// the log keeps up to Quantity entries per key, so its memory grows with it.
+// Larger limits should use SlidingWindow.
+const MaxSlidingLogQuantity = 1 << 16
+
+// maxTolerance bounds Burst × Interval so that a Unix-nanosecond instant
+// plus it cannot overflow an int64 before the year 2262.
+const maxTolerance = int64(1) << 62
+
+// Interval is the emission interval of the token and leaky buckets: Period
+// divided by Quantity, rounded up to a whole nanosecond so that rounding can
+// never admit more than the limit.
+func (l Limit) Interval() time.Duration {
+	if l.Quantity < 1 || l.Period <= 0 {
+		return 0
+	}
+	return time.Duration((int64(l.Period) + l.Quantity - 1) / l.Quantity)
+}
+
+// MaxCost is the largest cost one request may ask of the limit under alg:
+// the burst for the buckets, the quantity for the windows. A larger cost can
+// never succeed and is refused with ErrCostAboveBurst.
+func (l Limit) MaxCost(alg Algorithm) int64 {
+	switch alg {
+	case TokenBucket, LeakyBucket:
+		return l.BurstOrQuantity()
+	}
+	return l.Quantity
+}
+
+// ValidateFor checks the limit and that alg can enforce it: a known
+// algorithm, a burst × interval within range for the buckets, and a quantity
+// of at most MaxSlidingLogQuantity for the sliding log.
+func (l Limit) ValidateFor(alg Algorithm) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	switch alg {
+	case TokenBucket, LeakyBucket:
+		if int64(l.Period) < l.Quantity {
+			return fmt.Errorf("ratelimit: Limit %v: Quantity must not exceed Period in nanoseconds (%d) for %v", l, int64(l.Period), alg)
+		}
+		if t := int64(l.Interval()); l.BurstOrQuantity() > maxTolerance/t {
+			return fmt.Errorf("ratelimit: Limit %v: Burst × Period/Quantity is too long for %v (at most %v)", l, alg, time.Duration(maxTolerance))
+		}
+	case FixedWindow, SlidingWindow:
+		if int64(l.Period) > maxTolerance/2 {
+			return fmt.Errorf("ratelimit: Limit.Period %v is too long (at most %v)", l.Period, time.Duration(maxTolerance/2))
+		}
+	case SlidingLog:
+		if l.Quantity > MaxSlidingLogQuantity {
+			return fmt.Errorf("ratelimit: Limit.Quantity %d is too large for sliding-log (at most %d entries per key); use sliding-window", l.Quantity, MaxSlidingLogQuantity)
+		}
+		if int64(l.Period) > maxTolerance {
+			return fmt.Errorf("ratelimit: Limit.Period %v is too long (at most %v)", l.Period, time.Duration(maxTolerance))
+		}
+	default:
+		return fmt.Errorf("ratelimit: unknown algorithm %v", alg)
+	}
+	return nil
+}
+
+// CheckRequest reports what is wrong with one decision's arguments for a
+// limit under alg: an empty key (ErrEmptyKey), a cost below 1
+// (ErrInvalidCost) or above MaxCost (ErrCostAboveBurst). Every store calls
+// it first, so they refuse the same requests.
+func CheckRequest(l Limit, alg Algorithm, key string, cost int64) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	if cost < 1 {
+		return fmt.Errorf("%w, got %d", ErrInvalidCost, cost)
+	}
+	if max := l.MaxCost(alg); cost > max {
+		return fmt.Errorf("%w: cost %d, %v admits at most %d at once under %v", ErrCostAboveBurst, cost, l, max, alg)
+	}
+	return nil
+}

@@ -1,0 +1,376 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// DefaultMaxKeys is MemoryConfig.MaxKeys when it is zero.
+const DefaultMaxKeys = 1 << 20
+
+// MaxKeyBytes is the longest key a Memory store keeps as given. Longer keys,
+// and keys that begin with '#', are replaced by '#' and a SHA-256 digest, so
+// a huge key costs a bounded amount of memory and no key given as is can
+// collide with a digest.
+const MaxKeyBytes = 256
+
+// MemoryConfig configures an in-memory store. The zero value is ready to use.
+type MemoryConfig struct {
+	// MaxKeys bounds how many keys the store holds (default DefaultMaxKeys).
+	// Keys are spread over shards, each holding at most its share. A new key
+	// arriving at a full shard evicts a key of that shard: one at rest (whose
+	// state is that of a new key, so nothing is lost) if it finds one among
+	// the few it looks at, otherwise an arbitrary one, whose limit then
+	// starts over. The store thus stays bounded and keeps serving new
+	// clients; size MaxKeys above the number of clients active within one
+	// Period so that busy keys are never evicted.
+	MaxKeys int
+	// IdleAfter is how long a key must have been at rest (no units in use,
+	// exactly as a new key) before the sweeper removes it (default Period,
+	// within [1s, 5m]). The sweeper runs every IdleAfter. Removing a key at
+	// rest changes no decision.
+	IdleAfter time.Duration
+	// Clock is where the store reads time and arms its sweeper (default
+	// shed.SystemClock, read through the monotonic clock).
+	Clock shed.Clock
+}
+
+// Memory is the in-memory Limiter for one algorithm and one limit. It is
+// safe for concurrent use. Decisions on keys it already holds take no lock
+// shared across keys and allocate nothing. Call Close to stop its sweeper.
+type Memory struct {
+	alg   Algorithm
+	limit Limit
+	core  memCore
+
+	clock    shed.Clock
+	mono     bool // read time as wallBase + time.Since(monoBase)
+	wallBase int64
+	monoBase time.Time
+
+	idle    int64
+	sweepMu sync.Mutex
+	timer   shed.Timer
+	closed  bool
+	swept   atomic.Int64
+}
+
+// memCore is one algorithm's keyed state.
+type memCore interface {
+	allow(key string, now, cost int64) Result
+	refund(key string, now, cost int64)
+	sweep(now, idle int64) int
+	len() int
+}
+
+// NewMemory returns an in-memory limiter enforcing limit with alg.
+func NewMemory(alg Algorithm, limit Limit, cfg MemoryConfig) (*Memory, error) {
+	if err := limit.ValidateFor(alg); err != nil {
+		return nil, err
+	}
+	if cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("ratelimit: MemoryConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys)
+	}
+	if cfg.IdleAfter < 0 {
+		return nil, fmt.Errorf("ratelimit: MemoryConfig.IdleAfter must not be negative, got %v", cfg.IdleAfter)
+	}
+	maxKeys := cfg.MaxKeys
+	if maxKeys == 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	idle := cfg.IdleAfter
+	if idle == 0 {
+		idle = min(max(limit.Period, time.Second), 5*time.Minute)
+	}
+	p := newParams(limit)
+	var core memCore
+	switch alg {
+	case TokenBucket, LeakyBucket:
+		core = newKeyed[gcraCell](p, maxKeys)
+	case FixedWindow:
+		core = newKeyed[fixedCell](p, maxKeys)
+	case SlidingWindow:
+		core = newKeyed[slidingCell](p, maxKeys)
+	case SlidingLog:
+		core = newKeyed[logCell](p, maxKeys)
+	}
+	m := &Memory{alg: alg, limit: limit, core: core, clock: shed.ClockOr(cfg.Clock), idle: int64(idle)}
+	if m.clock == shed.SystemClock {
+		m.mono = true
+		m.monoBase = time.Now()
+		m.wallBase = m.monoBase.UnixNano()
+	}
+	m.timer = m.clock.AfterFunc(idle, m.sweepTick)
+	return m, nil
+}
+
+// now reads the clock as Unix nanoseconds. With the system clock it pays
+// one monotonic read, and a wall-clock step cannot move it backwards.
+func (m *Memory) now() int64 {
+	if m.mono {
+		return m.wallBase + int64(time.Since(m.monoBase))
+	}
+	return m.clock.Now().UnixNano()
+}
+
+// Allow takes cost units for key if the limit allows it. It never blocks
+// and ignores ctx.
+func (m *Memory) Allow(_ context.Context, key string, cost int64) (Result, error) {
+	if err := CheckRequest(m.limit, m.alg, key, cost); err != nil {
+		return Result{Limit: m.limit.Quantity}, err
+	}
+	return m.core.allow(storedKey(key), m.now(), cost), nil
+}
+
+// Refund gives back cost units taken for key: the bucket's tokens, the
+// window's count, the log's newest entries. Units taken in a window that has
+// since ended are not given back.
+func (m *Memory) Refund(_ context.Context, key string, cost int64) error {
+	if err := CheckRequest(m.limit, m.alg, key, cost); err != nil {
+		return err
+	}
+	m.core.refund(storedKey(key), m.now(), cost)
+	return nil
+}
+
+// Limit returns the limit enforced.
+func (m *Memory) Limit() Limit { return m.limit }
+
+// Algorithm returns the algorithm used.
+func (m *Memory) Algorithm() Algorithm { return m.alg }
+
+// Len returns how many keys the store holds.
+func (m *Memory) Len() int { return m.core.len() }
+
+// Close stops the sweeper. The store still answers afterwards, but no
+// longer removes idle keys. It always returns nil.
+func (m *Memory) Close() error {
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	m.closed = true
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	return nil
+}
+
+// Sweep removes the keys that have been at rest for IdleAfter, as the
+// sweeper does, and reports how many it removed.
+func (m *Memory) Sweep() int {
+	n := m.core.sweep(m.now(), m.idle)
+	m.swept.Add(int64(n))
+	return n
+}
+
+func (m *Memory) sweepTick() {
+	m.Sweep()
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	if !m.closed {
+		m.timer = m.clock.AfterFunc(time.Duration(m.idle), m.sweepTick)
+	}
+}
+
+// storedKey bounds the memory a key costs; see MaxKeyBytes.
+func storedKey(key string) string {
+	if len(key) <= MaxKeyBytes && key[0] != '#' {
+		return key
+	}
+	return digestKey(key)
+}
+
+// digestKey returns '#' and the unpadded base64url SHA-256 of key (44 bytes).
+func digestKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b [1 + 43]byte
+	b[0] = '#'
+	base64.RawURLEncoding.Encode(b[1:], sum[:])
+	return string(b[:])
+}
+
+// params is a limit in the integers the cells compute with.
+type params struct {
+	q      int64 // Quantity
+	period int64 // Period, ns
+	t      int64 // emission interval, ns (buckets)
+	tau    int64 // burst × t, ns (buckets)
+}
+
+func newParams(l Limit) params {
+	p := params{q: l.Quantity, period: int64(l.Period), t: int64(l.Interval())}
+	p.tau = l.BurstOrQuantity() * p.t
+	return p
+}
+
+// cell is one key's state under one algorithm. Its methods synchronise
+// themselves (a CAS on one word, or a lock of the cell's own).
+type cell[E any] interface {
+	*E
+	// init readies a new cell at now.
+	init(p *params, now int64)
+	// take decides cost units at now. ok is false when the cell was retired
+	// by the sweeper or an eviction: the caller looks the key up again.
+	take(p *params, now, cost int64) (r Result, ok bool)
+	// giveBack refunds cost units; false when the cell was retired.
+	giveBack(p *params, now, cost int64) bool
+	// retire marks the cell dead when force is set or it has been at rest
+	// since now-idle, and reports whether it did. A dead cell answers no
+	// more decisions, so a decision racing with its removal is retried on
+	// the key's new cell instead of being lost.
+	retire(p *params, now, idle int64, force bool) bool
+}
+
+// evictScan is how many keys of a full shard an insert looks at for one at
+// rest before evicting an arbitrary one: bounded work under the shard lock.
+const evictScan = 8
+
+// keyed is a sharded map from key to cell: a read-locked lookup, a
+// double-checked insert under the shard's write lock on a miss, and each
+// cell updated under its own synchronisation.
+type keyed[E any, C cell[E]] struct {
+	p        params
+	seed     maphash.Seed
+	mask     uint64
+	shardCap int
+	shards   []shard[E]
+}
+
+type shard[E any] struct {
+	mu sync.RWMutex
+	m  map[string]*E
+	_  [64 - 24 - 8]byte // keep neighbouring shards' locks off one cache line
+}
+
+func newKeyed[E any, C cell[E]](p params, maxKeys int) *keyed[E, C] {
+	// Enough shards that parallel decisions rarely meet on one lock, but no
+	// more than keys, so every shard holds at least one.
+	n := 1
+	for n < 256 && n*2 <= maxKeys {
+		n *= 2
+	}
+	k := &keyed[E, C]{p: p, seed: maphash.MakeSeed(), mask: uint64(n - 1), shardCap: maxKeys / n,
+		shards: make([]shard[E], n)}
+	for i := range k.shards {
+		k.shards[i].m = make(map[string]*E)
+	}
+	return k
+}
+
+func (k *keyed[E, C]) shardOf(key string) *shard[E] {
+	return &k.shards[maphash.String(k.seed, key)&k.mask]
+}
+
+func (k *keyed[E, C]) allow(key string, now, cost int64) Result {
+	sh := k.shardOf(key)
+	for {
+		sh.mu.RLock()
+		e := sh.m[key]
+		sh.mu.RUnlock()
+		if e == nil {
+			e = k.insert(sh, key, now)
+		}
+		if r, ok := C(e).take(&k.p, now, cost); ok {
+			return r
+		}
+	}
+}
+
+func (k *keyed[E, C]) refund(key string, now, cost int64) {
+	sh := k.shardOf(key)
+	for {
+		sh.mu.RLock()
+		e := sh.m[key]
+		sh.mu.RUnlock()
+		if e == nil || C(e).giveBack(&k.p, now, cost) {
+			return
+		}
+	}
+}
+
+func (k *keyed[E, C]) insert(sh *shard[E], key string, now int64) *E {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
+		return e
+	}
+	if len(sh.m) >= k.shardCap {
+		k.evict(sh, now)
+	}
+	e := new(E)
+	C(e).init(&k.p, now)
+	sh.m[strings.Clone(key)] = e
+	return e
+}
+
+// evict removes one key from a full shard; the caller holds its lock.
+func (k *keyed[E, C]) evict(sh *shard[E], now int64) {
+	var first string
+	var firstCell *E
+	i := 0
+	for key, e := range sh.m { // map order is random: a fair sample
+		if C(e).retire(&k.p, now, 0, false) {
+			delete(sh.m, key)
+			return
+		}
+		if firstCell == nil {
+			first, firstCell = key, e
+		}
+		if i++; i == evictScan {
+			break
+		}
+	}
+	if firstCell != nil {
+		C(firstCell).retire(&k.p, now, 0, true)
+		delete(sh.m, first)
+	}
+}
+
+func (k *keyed[E, C]) sweep(now, idle int64) int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		for key, e := range sh.m {
+			if C(e).retire(&k.p, now, idle, false) {
+				delete(sh.m, key)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (k *keyed[E, C]) len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// dead marks a retired cell in its time word.
+const dead = math.MinInt64
+
+// floorTo returns the start of the Period-long window holding now, windows
+// aligned on the Unix epoch (so hosts and Redis agree on them).
+func floorTo(now, period int64) int64 {
+	r := now % period
+	if r < 0 {
+		r += period
+	}
+	return now - r
+}
