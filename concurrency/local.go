@@ -1,0 +1,344 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// paddedInt64 keeps a hot counter on a cache line of its own, so that the
+// fields read beside it on every request do not bounce between cores.
+type paddedInt64 struct {
+	_ [64]byte
+	atomic.Int64
+	_ [56]byte
+}
+
+// Limiter limits requests in flight in this process: overall, per key, or
+// both. It implements shed.Layer and shed.Releaser; acquire and release take
+// no global lock and allocate nothing. It is safe for concurrent use.
+type Limiter struct {
+	name       string
+	keyBy      KeyBy
+	keyPolicy  string
+	perKey     int64
+	hasAll     bool
+	enf        shed.Enforcement
+	clock      shed.Clock
+	retryAfter time.Duration
+	keys       *keyMap // nil without a per-key limit
+	adaptive   *adaptive
+	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
+
+	limit    paddedInt64 // the overall limit; moves when adaptive
+	inflight paddedInt64 // units in flight overall, when hasAll
+	ep       shed.Episode
+}
+
+// New checks cfg and returns a limiter.
+func New(cfg Config) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		name:       cfg.Name,
+		keyBy:      cfg.KeyBy,
+		perKey:     cfg.PerKey,
+		hasAll:     cfg.Limit > 0 || cfg.Adaptive != nil,
+		enf:        cfg.Enforcement,
+		clock:      shed.ClockOr(cfg.Clock),
+		retryAfter: cfg.RetryAfter,
+	}
+	if l.name == "" {
+		l.name = DefaultName
+	}
+	if l.retryAfter == 0 {
+		l.retryAfter = DefaultRetryAfter
+	}
+	l.keyPolicy = PolicyPerKey
+	if cfg.KeyBy == ByRoute {
+		l.keyPolicy = PolicyPerRoute
+	}
+	if cfg.PerKey > 0 {
+		l.keys = newKeyMap(l)
+	}
+	l.limit.Store(cfg.Limit)
+	if cfg.Adaptive != nil {
+		a := cfg.Adaptive.withDefaults()
+		if cfg.Limit == 0 {
+			l.limit.Store(a.Floor)
+		}
+		l.adaptive = newAdaptive(a, l.limit.Load(), l.clock.Now())
+	}
+	if l.enf.Action == shed.Queue {
+		qc := l.enf.Queue
+		if qc.Clock == nil {
+			qc.Clock = l.clock
+		}
+		q, err := shed.NewWaitQueue(qc)
+		if err != nil {
+			return nil, fmt.Errorf("concurrency: Config.Enforcement.Queue: %w", err)
+		}
+		l.queue = q
+	}
+	return l, nil
+}
+
+// Name returns the layer's name (Config.Name, default "concurrency").
+func (l *Limiter) Name() string { return l.name }
+
+// Limit returns the overall limit now (it moves when adaptive); 0 when there
+// is none.
+func (l *Limiter) Limit() int64 { return l.limit.Load() }
+
+// InFlight returns the units in flight now, overall.
+func (l *Limiter) InFlight() int64 {
+	if l.hasAll {
+		return l.inflight.Load()
+	}
+	if l.keys != nil {
+		return l.keys.total()
+	}
+	return 0
+}
+
+// InFlightKey returns the units in flight for one key (a Request.Key or
+// Request.Route, as Config.KeyBy says); 0 without a per-key limit.
+func (l *Limiter) InFlightKey(key string) int64 {
+	if l.keys == nil {
+		return 0
+	}
+	if s := l.keys.lookup(key); s != nil {
+		if n := s.n.Load(); n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// Keys returns how many per-key counters are held, idle ones not yet swept
+// included.
+func (l *Limiter) Keys() int {
+	if l.keys == nil {
+		return 0
+	}
+	return l.keys.len()
+}
+
+// Sweep removes the per-key counters of keys with nothing in flight and
+// reports how many it removed. The limiter also sweeps on its own, as keys
+// are added, so calling Sweep is never required.
+func (l *Limiter) Sweep() int {
+	if l.keys == nil {
+		return 0
+	}
+	return l.keys.sweep()
+}
+
+func (l *Limiter) key(req *shed.Request) string {
+	if l.keyBy == ByRoute {
+		return req.Route
+	}
+	return req.Key
+}
+
+// which says which limit a request ran into.
+type which uint8
+
+const (
+	none which = iota
+	keyLimit
+	allLimit
+)
+
+// taken is the outcome of one attempt to add a request's units.
+type taken struct {
+	s        *slot
+	keyAfter int64 // the key's count, after the take when ok, before when not
+	allAfter int64
+	over     which // the limit that refused, when !ok
+	ok       bool
+}
+
+// take adds cost to the key's slot (when there is a per-key limit) and to
+// the overall count (when there is an overall limit), each only if it stays
+// within its bound. If either refuses, nothing is left taken.
+func (l *Limiter) take(key string, cost, keyMax, allMax int64) taken {
+	var t taken
+	if l.keys != nil {
+		for {
+			s := l.keys.get(key)
+			n, ok := add(&s.n, cost, keyMax)
+			if n < 0 {
+				continue // swept under us: look the key up again
+			}
+			t.s = s
+			if !ok {
+				t.keyAfter, t.over = n, keyLimit
+				return t
+			}
+			t.keyAfter = n + cost
+			break
+		}
+	}
+	if l.hasAll {
+		n, ok := add(&l.inflight.Int64, cost, allMax)
+		if !ok {
+			if t.s != nil {
+				t.s.n.Add(-cost)
+			}
+			t.allAfter, t.over = n, allLimit
+			return t
+		}
+		t.allAfter = n + cost
+	}
+	t.ok = true
+	return t
+}
+
+// add adds cost to c if the sum stays within max, and returns the count it
+// found. A negative count is a dead slot: nothing is added.
+func add(c *atomic.Int64, cost, max int64) (int64, bool) {
+	for {
+		n := c.Load()
+		if n < 0 || n > max-cost {
+			return n, false
+		}
+		if c.CompareAndSwap(n, n+cost) {
+			return n, true
+		}
+	}
+}
+
+// attempt is one decision without waiting: a lease, or the verdict (Wait or
+// Deny) and the limit that refused.
+func (l *Limiter) attempt(req *shed.Request, cost int64) (shed.Lease, shed.Verdict, taken) {
+	key := l.key(req)
+	limit := l.limit.Load()
+	t := l.take(key, cost, l.perKey, limit)
+	if t.ok {
+		if l.enf.Mode == shed.Soft {
+			if t.s != nil {
+				t.s.ep.End()
+			}
+			l.ep.End()
+		}
+		return l.lease(t, cost, limit, time.Time{}), shed.Admit, t
+	}
+	now := l.clock.Now()
+	v := l.decide(now, t, cost, limit)
+	if v == shed.AdmitOver {
+		t2 := l.take(key, cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
+		if t2.ok {
+			ls := l.lease(t2, cost, limit, now)
+			ls.Over = true
+			return ls, v, t2
+		}
+		t = t2
+		v = l.enf.Decide(now, false, false, nil)
+	}
+	if v == shed.AdmitDryRun {
+		t2 := l.take(key, cost, unlimited, unlimited)
+		ls := l.lease(t2, cost, limit, now)
+		ls.DryRun = true
+		return ls, v, t
+	}
+	return shed.Lease{}, v, t
+}
+
+func (l *Limiter) decide(now time.Time, t taken, cost, limit int64) shed.Verdict {
+	if t.over == keyLimit {
+		within := t.keyAfter <= l.enf.Ceiling(l.perKey)-cost
+		return l.enf.Decide(now, false, within, &t.s.ep)
+	}
+	within := t.allAfter <= l.enf.Ceiling(limit)-cost
+	return l.enf.Decide(now, false, within, &l.ep)
+}
+
+func (l *Limiter) lease(t taken, cost, limit int64, now time.Time) shed.Lease {
+	ls := shed.NewLease(l)
+	ls.Cost = cost
+	if t.s != nil {
+		ls.Ref = t.s
+	} else {
+		ls.Ref = l
+	}
+	if t.s != nil && (!l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter) {
+		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+	} else {
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+	}
+	if l.adaptive != nil {
+		if now.IsZero() {
+			now = l.clock.Now()
+		}
+		ls.Acquired = now
+	}
+	return ls
+}
+
+// Acquire admits req if its units fit within the limits, and otherwise
+// rejects it, or queues it when Config.Enforcement.Action is shed.Queue
+// (until capacity frees, the queue's bounds or the request's deadline, or
+// ctx ends). A rejection over the per-key limit is a 429 with ByKey, every
+// other rejection a 503.
+func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+	cost := req.Units()
+	ls, v, t := l.attempt(&req, cost)
+	switch v {
+	case shed.Admit, shed.AdmitOver, shed.AdmitDryRun:
+		return ls, nil
+	case shed.Wait:
+		return l.wait(ctx, req, cost, t)
+	}
+	return shed.Lease{}, l.rejection(req, t)
+}
+
+func (l *Limiter) rejection(req shed.Request, t taken) *shed.Rejection {
+	if t.over == keyLimit {
+		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+		if l.keyBy == ByKey {
+			return shed.Throttled(l.name, req, "too many requests in flight for this client", l.retryAfter, q)
+		}
+		return shed.Shed(l.name, req, "too many requests in flight for this route", l.retryAfter, q)
+	}
+	limit := l.limit.Load()
+	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+	return shed.Shed(l.name, req, "too many requests in flight", l.retryAfter, q)
+}
+
+// Release gives back the units lease holds and, with an adaptive limit,
+// learns from the outcome (only Completed and Failed: Dropped and Unused say
+// nothing about the service). A lease this limiter did not grant is ignored.
+// Callers use lease.Release, which calls this once.
+func (l *Limiter) Release(lease *shed.Lease, o shed.Outcome) {
+	switch r := lease.Ref.(type) {
+	case *slot:
+		if r.owner != l {
+			return
+		}
+		r.n.Add(-lease.Cost)
+	case *Limiter:
+		if r != l {
+			return
+		}
+	default:
+		return
+	}
+	var before int64
+	if l.hasAll {
+		before = l.inflight.Add(-lease.Cost) + lease.Cost
+	}
+	if l.adaptive != nil && (o == shed.Completed || o == shed.Failed) && !lease.Acquired.IsZero() {
+		now := l.clock.Now()
+		if lim, ok := l.adaptive.observe(now, now.Sub(lease.Acquired), before); ok {
+			l.limit.Store(lim)
+		}
+	}
+	if l.queue != nil {
+		l.queue.Notify()
+	}
+}

@@ -1,0 +1,55 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// wait queues a request refused by the overall limit until capacity frees
+// (Enforcement.Action Queue). A request over its per-key limit is rejected
+// at once instead: one shed.WaitQueue serves one pool of capacity, and a
+// waiter blocked on its own key would hold up every other key behind it.
+func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t taken) (shed.Lease, error) {
+	if t.over == keyLimit || l.queue == nil {
+		return shed.Lease{}, l.rejection(req, t)
+	}
+	key := l.key(&req)
+	var got taken
+	// take runs under the queue's lock, so got is written before Wait
+	// returns and read only after.
+	take := func() bool {
+		got = l.take(key, cost, l.perKey, l.limit.Load())
+		return got.ok
+	}
+	giveBack := func() { l.untake(got, cost) }
+	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
+	if err != nil {
+		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		var r *shed.Rejection
+		if errors.As(err, &r) {
+			limit := l.limit.Load()
+			r.RetryAfter = l.retryAfter
+			r.Policies = []shed.Quota{{Policy: PolicyOverall, Limit: limit, Remaining: 0}}
+		}
+		return shed.Lease{}, err
+	}
+	ls := l.lease(got, cost, l.limit.Load(), l.clock.Now())
+	ls.Waited = waited
+	return ls, nil
+}
+
+// untake gives back what a successful take claimed, without a lease.
+func (l *Limiter) untake(t taken, cost int64) {
+	if !t.ok {
+		return
+	}
+	if t.s != nil {
+		t.s.n.Add(-cost)
+	}
+	if l.hasAll {
+		l.inflight.Add(-cost)
+	}
+}
