@@ -1,0 +1,108 @@
+package shed_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// nopLayer admits everything and releases nothing, so the benchmarks
+// measure the chain alone. It is a pointer, as real layers are: a Layer
+// held in an interface costs no allocation to call.
+type nopLayer struct{ name string }
+
+func (l *nopLayer) Name() string { return l.name }
+
+func (l *nopLayer) Acquire(context.Context, shed.Request) (shed.Lease, error) {
+	lease := shed.NewLease(l)
+	lease.Cost = 1
+	return lease, nil
+}
+
+func (l *nopLayer) Release(*shed.Lease, shed.Outcome) {}
+
+func benchChain(b *testing.B, obs shed.Observer) *shed.Chain {
+	b.Helper()
+	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{
+		&nopLayer{"ratelimit"}, &nopLayer{"concurrency"}, &nopLayer{"fleet"}, &nopLayer{"worker"},
+	}, Observer: obs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+var benchReq = shed.Request{Key: "k", Route: "GET /v1/things", Priority: shed.Default}
+
+func nothing(context.Context) error { return nil }
+
+// BenchmarkChainDo admits a request through four no-op layers and runs a
+// trivial function.
+func BenchmarkChainDo(b *testing.B) {
+	c := benchChain(b, nil)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Do(ctx, benchReq, nothing); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := c.Do(ctx, benchReq, nothing); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkChainAcquireRelease is the two-step use the HTTP middleware makes
+// of the chain.
+func BenchmarkChainAcquireRelease(b *testing.B) {
+	c := benchChain(b, nil)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		var g shed.Grant
+		for b.Loop() {
+			if err := c.Acquire(ctx, benchReq, &g); err != nil {
+				b.Fatal(err)
+			}
+			g.Release(shed.Completed)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var g shed.Grant
+			for pb.Next() {
+				if err := c.Acquire(ctx, benchReq, &g); err != nil {
+					b.Error(err)
+					return
+				}
+				g.Release(shed.Completed)
+			}
+		})
+	})
+}
+
+// BenchmarkChainDoObserved adds an observer, which also reads the clock
+// twice per layer.
+func BenchmarkChainDoObserved(b *testing.B) {
+	var n int
+	c := benchChain(b, shed.ObserverFunc(func(shed.Event) { n++ }))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(ctx, benchReq, nothing); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
