@@ -113,7 +113,7 @@ func TestEnforcementCeiling(t *testing.T) {
 func TestEnforcementDecide(t *testing.T) {
 	now := t0
 	type pos struct {
-		name                      string
+		name                       string
 		withinLimit, withinCeiling bool
 	}
 	positions := []pos{{"within", true, true}, {"over-within-ceiling", false, true}, {"over-ceiling", false, false}}
