@@ -255,3 +255,74 @@ func runSteps(t *testing.T, st contractStore, alg Algorithm, limit Limit, steps 
 		}
 	}
 }
+
+// TestContractNeverOver drives every algorithm with a random but seeded
+// sequence of requests and checks what each admits against its own bound:
+// the buckets never more than Burst + elapsed/T over any interval, the
+// sliding log never more than Quantity within any Period, the windows never
+// more than Quantity within one aligned window.
+func TestContractNeverOver(t *testing.T) {
+	limit := Limit{Quantity: 10, Period: time.Second, Burst: 5}
+	for _, st := range contractStores {
+		for _, alg := range allAlgs {
+			t.Run(st.name+"/"+alg.String(), func(t *testing.T) {
+				l, set := st.open(t, alg, limit, contractStart)
+				type grant struct{ at, cost int64 }
+				var got []grant
+				rng := uint64(42)
+				next := func(n uint64) int64 { // xorshift: same sequence every run
+					rng ^= rng << 13
+					rng ^= rng >> 7
+					rng ^= rng << 17
+					return int64(rng % n)
+				}
+				now := int64(0)
+				for i := 0; i < 600; i++ {
+					now += next(uint64(limit.Period / 8))
+					set(contractStart.Add(time.Duration(now)))
+					cost := 1 + next(3)
+					r, err := l.Allow(context.Background(), "k", cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Allowed {
+						got = append(got, grant{now, cost})
+					}
+					if r.Remaining < 0 || r.RetryAfter < 0 || r.ResetAfter < 0 || r.Allowed == (r.RetryAfter > 0) {
+						t.Fatalf("request %d: inconsistent figures %+v", i, r)
+					}
+				}
+				if len(got) < 50 {
+					t.Fatalf("only %d requests admitted: the test exercises nothing", len(got))
+				}
+				p := int64(limit.Period)
+				for i := range got {
+					sum := int64(0)
+					for j := i; j < len(got); j++ {
+						sum += got[j].cost
+						span := got[j].at - got[i].at
+						var bound int64
+						switch alg {
+						case TokenBucket, LeakyBucket:
+							bound = limit.Burst + span/int64(limit.Interval())
+						case SlidingLog:
+							if span >= p {
+								continue
+							}
+							bound = limit.Quantity
+						default:
+							if floorTo(got[j].at, p) != floorTo(got[i].at, p) {
+								continue
+							}
+							bound = limit.Quantity
+						}
+						if sum > bound {
+							t.Fatalf("admitted %d units from +%v to +%v, bound %d", sum,
+								time.Duration(got[i].at), time.Duration(got[j].at), bound)
+						}
+					}
+				}
+			})
+		}
+	}
+}
