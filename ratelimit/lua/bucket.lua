@@ -1,0 +1,40 @@
+-- Token bucket and leaky bucket (GCRA): one theoretical arrival time (TAT)
+-- per key, the instant the bucket will be empty (full of tokens) again. T is
+-- the emission interval, Period/Quantity rounded up to a nanosecond as the
+-- in-memory store rounds it, so both stores give the same figures.
+local tau = B * T
+local h = redis.call('HMGET', key, 's', 'n')
+local tat = 0
+if h[1] then tat = rel(h[1], h[2]) end
+if tat < 0 then tat = 0 end
+
+local function store()
+  if tat <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('HSET', key, 's', num(now_s), 'n', num(tat + now_ns))
+  keep_for(tat)
+end
+
+if op == 'r' then
+  tat = tat - want * T
+  if tat < 0 then tat = 0 end
+  store()
+  return {1, 0, 0, 0, 0, 0}
+end
+
+local free = idiv(tau - tat, T)
+local take = math.min(take_max, free)
+if take >= want then
+  tat = tat + take * T
+  store()
+  local remaining = free - take
+  local retry1 = 0
+  if remaining < 1 then retry1 = tat + T - tau end
+  return {1, take, remaining, 0, tat, retry1}
+end
+if free < 0 then free = 0 end
+local retry1 = 0
+if free < 1 then retry1 = tat + T - tau end
+return {0, 0, free, tat + want * T - tau, tat, retry1}

@@ -1,0 +1,388 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// Redis store defaults, used when the RedisConfig field is zero.
+const (
+	// DefaultRedisPrefix starts every key the Redis store writes.
+	DefaultRedisPrefix = "loadshed:rl:"
+	// DefaultRedisTimeout bounds each round trip to Redis.
+	DefaultRedisTimeout = 50 * time.Millisecond
+	// DefaultProbeInterval is how long the store decides locally after Redis
+	// failed before it tries Redis again.
+	DefaultProbeInterval = 500 * time.Millisecond
+	// DefaultOverLimitKeys bounds the local cache of keys over their limit.
+	DefaultOverLimitKeys = 10000
+)
+
+// maxRedisNanos bounds every duration the scripts compute with: Lua numbers
+// are doubles, exact below 2^53, and the scripts need one bit of headroom.
+const maxRedisNanos = int64(1) << 52
+
+// RedisConfig configures a Redis store. The zero value is ready to use.
+type RedisConfig struct {
+	// Prefix starts every key (default DefaultRedisPrefix). It must not
+	// contain '{' or '}', which would move the Cluster hash tag.
+	Prefix string
+	// Timeout bounds each round trip (default DefaultRedisTimeout). The
+	// client must have ContextTimeoutEnabled set, or go-redis ignores the
+	// deadline and waits its own ReadTimeout (3s by default); NewRedis
+	// refuses a *redis.Client, *redis.ClusterClient or *redis.Ring without
+	// it.
+	Timeout time.Duration
+	// ProbeInterval is how long the store decides from its local fallback
+	// after Redis failed, before it lets one request try Redis again
+	// (default DefaultProbeInterval). A dead Redis thus costs one timeout per
+	// interval, not one per request.
+	ProbeInterval time.Duration
+	// ExpectedInstances is how many processes share the limit (default 1).
+	// While Redis is unreachable each one enforces its share of the limit,
+	// Quantity and Burst divided by ExpectedInstances (at least 1 each).
+	ExpectedInstances int
+	// Fallback, when set, decides while Redis is unreachable instead of the
+	// in-memory limiter NewRedis builds from the share above.
+	Fallback Limiter
+	// OverLimitKeys bounds the local cache of keys Redis has found over
+	// their limit, answered without a round trip until a unit is back
+	// (default DefaultOverLimitKeys; negative disables the cache).
+	OverLimitKeys int
+	// Batch, when its Fraction is set, turns on the batched mode: see
+	// BatchConfig. The zero value is the exact mode, one round trip per
+	// decision.
+	Batch BatchConfig
+	// OnFallback, when set, is called after each decision taken from the
+	// local fallback, with the Redis error behind it. It runs on the
+	// request's goroutine and must be quick.
+	OnFallback func(err error)
+	// Clock is where the store reads time for its own bookkeeping: the
+	// over-limit cache, the probe interval, batch ages and the fallback
+	// limiter (default shed.SystemClock). Decisions taken by Redis read the
+	// server's clock.
+	Clock shed.Clock
+}
+
+// FallbackDecider is a Limiter that can tell whether a decision came from
+// its local fallback because its shared store did not answer. Layers use it
+// to mark the lease (shed.Lease.Fallback) and the event.
+type FallbackDecider interface {
+	Limiter
+	// Decide is Allow that also reports whether the local fallback decided.
+	Decide(ctx context.Context, key string, cost int64) (r Result, fallback bool, err error)
+}
+
+// Redis is the Redis-backed Limiter for one algorithm and one limit, shared
+// by every process that uses the same Redis, prefix and algorithm. It is
+// safe for concurrent use. See the package documentation for its key
+// layout, TTLs and failure policy.
+type Redis struct {
+	client redis.UniversalClient
+	alg    Algorithm
+	limit  Limit
+	script *redis.Script
+	prefix string
+	algTag string
+
+	timeout  time.Duration
+	probe    int64 // ns
+	clock    shed.Clock
+	fallback Limiter
+	onFall   func(error)
+	ownsFall bool
+
+	args staticArgs
+
+	over  *overLimitCache
+	batch *batcher
+
+	// downUntil is when, by clock, Redis may be tried again after a
+	// failure; zero while Redis answers. probing is held by the one request
+	// that tries it.
+	downUntil atomic.Int64
+	probing   atomic.Bool
+
+	// now, when set (by tests), replaces the server's TIME, so that step
+	// tables run at fixed instants. ttlSlack pads every PEXPIRE (ms).
+	now      func() time.Time
+	ttlSlack int64
+}
+
+var _ FallbackDecider = (*Redis)(nil)
+
+// NewRedis returns a Redis-backed limiter enforcing limit with alg.
+//
+// client may be a *redis.Client (single node or Sentinel failover), a
+// *redis.ClusterClient or anything else implementing redis.UniversalClient;
+// it must have ContextTimeoutEnabled set (see RedisConfig.Timeout).
+func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg RedisConfig) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("ratelimit: NewRedis: the redis client is nil")
+	}
+	if err := validateRedisLimit(alg, limit); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkContextTimeout(client); err != nil {
+		return nil, err
+	}
+	r := &Redis{
+		client:   client,
+		alg:      alg,
+		limit:    limit,
+		script:   scriptFor(alg),
+		prefix:   cfg.Prefix,
+		algTag:   algKeyTags[alg],
+		timeout:  cfg.Timeout,
+		probe:    int64(cfg.ProbeInterval),
+		clock:    shed.ClockOr(cfg.Clock),
+		onFall:   cfg.OnFallback,
+		fallback: cfg.Fallback,
+		ttlSlack: 1,
+	}
+	if r.prefix == "" {
+		r.prefix = DefaultRedisPrefix
+	}
+	if r.timeout == 0 {
+		r.timeout = DefaultRedisTimeout
+	}
+	if r.probe == 0 {
+		r.probe = int64(DefaultProbeInterval)
+	}
+	r.args = newStaticArgs(limit)
+	if r.fallback == nil {
+		fb, err := NewMemory(alg, shareOf(limit, cfg.ExpectedInstances), MemoryConfig{Clock: cfg.Clock})
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: NewRedis: building the fallback limiter: %w", err)
+		}
+		r.fallback = fb
+		r.ownsFall = true
+	}
+	switch n := cfg.OverLimitKeys; {
+	case n == 0:
+		r.over = newOverLimitCache(DefaultOverLimitKeys)
+	case n > 0:
+		r.over = newOverLimitCache(n)
+	}
+	if cfg.Batch.Fraction > 0 {
+		r.batch = newBatcher(cfg.Batch, alg, limit)
+	}
+	return r, nil
+}
+
+func (c RedisConfig) validate() error {
+	var errs []error
+	if strings.ContainsAny(c.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.Prefix must not contain '{' or '}' (they would move the Cluster hash tag), got %q", c.Prefix))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.Timeout must not be negative, got %v", c.Timeout))
+	}
+	if c.ProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.ProbeInterval must not be negative, got %v", c.ProbeInterval))
+	}
+	if c.ExpectedInstances < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.ExpectedInstances must not be negative, got %d", c.ExpectedInstances))
+	}
+	if err := c.Batch.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateRedisLimit adds to Limit.ValidateFor what the scripts' doubles
+// need: every duration they compute below 2^52 ns (about 52 days).
+func validateRedisLimit(alg Algorithm, l Limit) error {
+	if err := l.ValidateFor(alg); err != nil {
+		return err
+	}
+	p := int64(l.Period)
+	if p >= maxRedisNanos {
+		return fmt.Errorf("ratelimit: Limit.Period %v is too long for the Redis store (below %v)", l.Period, time.Duration(maxRedisNanos))
+	}
+	switch alg {
+	case TokenBucket, LeakyBucket:
+		if t := int64(l.Interval()); l.BurstOrQuantity() >= maxRedisNanos/t {
+			return fmt.Errorf("ratelimit: Limit %v: Burst × Period/Quantity is too long for the Redis store (below %v)", l, time.Duration(maxRedisNanos))
+		}
+	case FixedWindow, SlidingWindow:
+		// Aligning a window that is not whole seconds multiplies by 10 in
+		// the script.
+		if p%int64(time.Second) != 0 && p >= maxRedisNanos/10 {
+			return fmt.Errorf("ratelimit: Limit.Period %v is too long for the Redis store unless it is whole seconds", l.Period)
+		}
+		if l.Quantity >= maxRedisNanos {
+			return fmt.Errorf("ratelimit: Limit.Quantity %d is too large for the Redis store", l.Quantity)
+		}
+	}
+	return nil
+}
+
+// shareOf is one instance's share of limit among n: Quantity and Burst
+// divided by n, at least 1 each.
+func shareOf(l Limit, n int) Limit {
+	if n <= 1 {
+		return l
+	}
+	s := l
+	s.Quantity = max(l.Quantity/int64(n), 1)
+	if l.Burst > 0 {
+		s.Burst = max(l.Burst/int64(n), 1)
+	}
+	return s
+}
+
+// checkContextTimeout refuses the clients we can inspect whose
+// ContextTimeoutEnabled is off: their deadlines would be ignored.
+func checkContextTimeout(c redis.UniversalClient) error {
+	var on bool
+	switch c := c.(type) {
+	case *redis.Client:
+		on = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		on = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		on = c.Options().ContextTimeoutEnabled
+	default:
+		return nil
+	}
+	if !on {
+		return errors.New("ratelimit: NewRedis: the redis client's options must set ContextTimeoutEnabled, or go-redis ignores RedisConfig.Timeout and a slow Redis stalls requests for its ReadTimeout")
+	}
+	return nil
+}
+
+// Allow takes cost units for key if the limit allows it. When Redis does not
+// answer within the timeout it decides from the local fallback instead and
+// returns no error: use Decide to learn that it did. It returns an error
+// only for bad arguments (ErrEmptyKey, ErrInvalidCost, ErrCostAboveBurst).
+func (r *Redis) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	res, _, err := r.Decide(ctx, key, cost)
+	return res, err
+}
+
+// Decide is Allow that also reports whether the local fallback decided.
+func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, bool, error) {
+	if err := CheckRequest(r.limit, r.alg, key, cost); err != nil {
+		return Result{Limit: r.limit.Quantity}, false, err
+	}
+	now := r.clock.Now()
+	if r.over != nil {
+		if res, ok := r.over.check(key, now, r.limit.Quantity); ok {
+			return res, false, nil
+		}
+	}
+	if r.batch != nil {
+		return r.batch.decide(ctx, r, key, cost, now)
+	}
+	rep, err := r.roundTrip(ctx, opAllow, key, cost, cost, now)
+	if err != nil {
+		return r.decideLocally(ctx, key, cost, err)
+	}
+	r.noteOver(key, now, rep)
+	return rep.result(r.limit.Quantity), false, nil
+}
+
+// roundTrip runs the script unless Redis failed recently, and records how
+// it went.
+func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int64, now time.Time) (reply, error) {
+	t := now.UnixNano()
+	ok, probe := r.redisUsable(t)
+	if !ok {
+		return reply{}, errRedisDown
+	}
+	rep, err := r.call(ctx, op, key, want, takeMax)
+	r.settle(ctx, probe, t, err)
+	return rep, err
+}
+
+// Refund gives back cost units taken for key where the algorithm can: the
+// bucket's time, the current window's count, the log's newest entries. While
+// Redis is unreachable it refunds the local fallback.
+func (r *Redis) Refund(ctx context.Context, key string, cost int64) error {
+	if err := CheckRequest(r.limit, r.alg, key, cost); err != nil {
+		return err
+	}
+	if r.over != nil {
+		r.over.forget(key)
+	}
+	if r.batch != nil && r.batch.refund(key, cost, r.clock.Now()) {
+		return nil
+	}
+	if _, err := r.roundTrip(ctx, opRefund, key, cost, cost, r.clock.Now()); err != nil {
+		return r.fallback.Refund(ctx, key, cost)
+	}
+	return nil
+}
+
+// Limit returns the limit enforced.
+func (r *Redis) Limit() Limit { return r.limit }
+
+// Algorithm returns the algorithm used.
+func (r *Redis) Algorithm() Algorithm { return r.alg }
+
+// Close releases the fallback limiter NewRedis built. It does not close the
+// client, which the caller owns.
+func (r *Redis) Close() error {
+	if c, ok := r.fallback.(interface{ Close() error }); ok && r.ownsFall {
+		return c.Close()
+	}
+	return nil
+}
+
+// noteOver remembers a key Redis found with no unit left, so the next
+// requests for it are answered locally until one is back.
+func (r *Redis) noteOver(key string, now time.Time, rep reply) {
+	if r.over == nil || rep.remaining > 0 || rep.retry1 <= 0 {
+		return
+	}
+	r.over.add(key, now, time.Duration(rep.retry1), time.Duration(rep.reset))
+}
+
+// RedisKey returns the key under which the store keeps key's state:
+//
+//	<prefix><algorithm>:{<base64url SHA-256 of key>}
+//
+// The digest is the Cluster hash tag, so whatever bytes the key holds
+// (braces, spaces, newlines, megabytes) they can neither move the tag nor
+// reach another key's state, and every Redis key has the same bounded size.
+func (r *Redis) RedisKey(key string) string {
+	return redisKey(r.prefix, r.algTag, key)
+}
+
+// algKeyTags name each algorithm in the key, so that two limiters of
+// different algorithms under one prefix never read each other's state.
+var algKeyTags = [...]string{
+	TokenBucket:   "tb",
+	LeakyBucket:   "gcra",
+	FixedWindow:   "fw",
+	SlidingLog:    "log",
+	SlidingWindow: "sw",
+}
+
+func redisKey(prefix, alg, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(prefix) + len(alg) + 3 + 43)
+	b.WriteString(prefix)
+	b.WriteString(alg)
+	b.WriteString(":{")
+	var enc [43]byte
+	base64.RawURLEncoding.Encode(enc[:], sum[:])
+	b.Write(enc[:])
+	b.WriteByte('}')
+	return b.String()
+}

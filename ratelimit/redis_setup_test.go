@@ -1,0 +1,53 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// testRedisClient returns a client of the test server with
+// ContextTimeoutEnabled on, as NewRedis requires: a separate pool, as a
+// separate host would have.
+func testRedisClient(t testing.TB) *redis.Client {
+	t.Helper()
+	redistest.Client(t) // skips (or fails) when there is no server
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testPrefix is redistest.Prefix without the braces a test name may hold.
+func testPrefix(t testing.TB) string {
+	return strings.NewReplacer("{", "(", "}", ")").Replace(redistest.Prefix(t))
+}
+
+// fixedRedis returns a Redis store reading time from clk instead of the
+// server's TIME, so step tables run at fixed instants. Keys are padded with
+// a minute of TTL, so that real time passing while the test runs never
+// expires state the fixed clock still needs.
+func fixedRedis(t testing.TB, c redis.UniversalClient, clk *shedtest.Clock, alg Algorithm, limit Limit, cfg RedisConfig) *Redis {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = testPrefix(t)
+	}
+	cfg.Clock = clk
+	r, err := NewRedis(c, alg, limit, cfg)
+	if err != nil {
+		t.Fatalf("NewRedis(%v, %v): %v", alg, limit, err)
+	}
+	r.now = clk.Now
+	r.ttlSlack = int64(time.Minute / time.Millisecond)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+var bg = context.Background()
