@@ -1,0 +1,393 @@
+package shed
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// KeyErrorPolicy says what the middleware does with a request whose key
+// cannot be extracted (HTTPConfig.Key failed).
+type KeyErrorPolicy uint8
+
+const (
+	// KeyFallbackClientIP keys the request on its client IP instead, as
+	// HTTPConfig.ClientIP resolves it (the default). A request without even
+	// an IP (a Unix socket peer) shares the key "unknown".
+	KeyFallbackClientIP KeyErrorPolicy = iota
+	// KeyShared puts every such request under one shared key, "anonymous":
+	// keyless traffic shares one quota.
+	KeyShared
+	// KeyReject answers 400 Bad Request with a problem document, before any
+	// layer runs.
+	KeyReject
+)
+
+func (p KeyErrorPolicy) String() string {
+	switch p {
+	case KeyFallbackClientIP:
+		return "fallback-client-ip"
+	case KeyShared:
+		return "shared"
+	case KeyReject:
+		return "reject"
+	}
+	return fmt.Sprintf("key-error-policy(%d)", uint8(p))
+}
+
+// Keys the middleware uses when it has none better.
+const (
+	// UnknownKey keys requests whose client has no IP address.
+	UnknownKey = "unknown"
+	// AnonymousKey keys every keyless request under KeyShared.
+	AnonymousKey = "anonymous"
+)
+
+// DefaultMaxKeyLength is HTTPConfig.MaxKeyLength's default.
+const DefaultMaxKeyLength = 1024
+
+// HTTPConfig configures the HTTP middleware. The zero value keys requests on
+// the peer's IP address, gives every route Default priority and cost 1, and
+// answers rejections with the rejection's status, Retry-After, the
+// RateLimit fields and a problem document.
+type HTTPConfig struct {
+	// Key says who is asking (default: the client IP, see ClientIP).
+	// Combine KeyHeader, KeyBearer, KeyClientIP, KeyFrom with KeyCombine.
+	Key KeyFunc
+	// OnKeyError says what happens when Key fails (default
+	// KeyFallbackClientIP).
+	OnKeyError KeyErrorPolicy
+	// MaxKeyLength bounds a key in bytes; a longer one counts as a Key
+	// failure (default DefaultMaxKeyLength).
+	MaxKeyLength int
+	// ClientIP says which proxies to believe about the client's address,
+	// for the default Key and for KeyFallbackClientIP (default: none; the
+	// peer is the client). Build a ClientIP from the same ClientIPConfig
+	// to use KeyClientIP inside a KeyCombine.
+	ClientIP ClientIPConfig
+
+	// Routes is the router used to find a request's route pattern when the
+	// request has not been routed yet and carries no chi routing context:
+	// when the middleware wraps a chi router from outside
+	// (mw(router)) instead of being mounted in it. Inside a chi router it is
+	// not needed: the router in the request's routing context is used.
+	Routes chi.Routes
+	// Priorities annotates route patterns with priorities (default: none).
+	Priorities RoutePriorities
+	// DefaultPriority is the priority of routes Priorities does not cover
+	// (default Default).
+	DefaultPriority Priority
+	// Priority, when set, has the last word on a request's priority: it is
+	// given the request and the priority the context (WithPriority) or the
+	// route annotations gave it. Use it for traffic that is known by its
+	// key, such as test-mode credentials.
+	Priority func(r *http.Request, p Priority) Priority
+	// Cost is how many units a request takes (default 1). Values below 1
+	// count as 1.
+	Cost func(r *http.Request) int64
+
+	// OnReject, when set, answers every rejection instead of the default
+	// response (see WriteRejection); nothing else is written for it.
+	OnReject func(w http.ResponseWriter, r *http.Request, rej *Rejection)
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (a Unix time) for the tightest quota, for clients
+	// that only know those.
+	LegacyHeaders bool
+	// Clock is read for X-RateLimit-Reset (default SystemClock).
+	Clock Clock
+}
+
+// middleware is a checked HTTPConfig bound to a chain.
+type middleware struct {
+	chain      *Chain
+	key        KeyFunc
+	onKeyError KeyErrorPolicy
+	maxKey     int
+	clientIP   *ClientIP
+	routes     chi.Routes
+	table      routeTable
+	priority   func(*http.Request, Priority) Priority
+	cost       func(*http.Request) int64
+	onReject   func(http.ResponseWriter, *http.Request, *Rejection)
+	legacy     bool
+	clock      Clock
+	states     sync.Pool
+}
+
+// Middleware checks cfg and returns net/http middleware that runs every
+// request through c: usable as it is with chi's r.Use and r.With, and with
+// any router that takes func(http.Handler) http.Handler.
+//
+// For each request it resolves the key, the route pattern (routing the
+// request itself when mounted before the router has), the priority (the
+// context's, else the route's annotation, then HTTPConfig.Priority), the
+// cost and the deadline (the request context's); runs the chain; answers a
+// rejection (see HTTPConfig.OnReject); and otherwise sets the RateLimit
+// fields of the leases' quotas, calls the handler, and releases the leases
+// exactly once: Dropped when the request's context ended, Failed when the
+// handler panicked (the panic goes on) or answered 5xx, Completed
+// otherwise. The middleware writes nothing once the handler has begun.
+//
+// The ResponseWriter the handler gets wraps the server's to see the status;
+// it implements Flush, Hijack, ReadFrom and Unwrap, so
+// http.NewResponseController works through it.
+//
+// An invalid config is an error naming the field.
+func (c *Chain) Middleware(cfg HTTPConfig) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			next = http.NotFoundHandler()
+		}
+		return &httpHandler{m: m, next: next}
+	}, nil
+}
+
+func newMiddleware(c *Chain, cfg HTTPConfig) (*middleware, error) {
+	if c == nil {
+		return nil, errors.New("shed: Middleware called on a nil *Chain")
+	}
+	var errs []error
+	ip, err := newClientIP(cfg.ClientIP, "HTTPConfig.ClientIP")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.OnKeyError > KeyReject {
+		errs = append(errs, fmt.Errorf("shed: HTTPConfig.OnKeyError: unknown policy %d", cfg.OnKeyError))
+	}
+	if cfg.MaxKeyLength < 0 {
+		errs = append(errs, fmt.Errorf("shed: HTTPConfig.MaxKeyLength must not be negative, got %d", cfg.MaxKeyLength))
+	}
+	rules, err := compileRoutes(cfg.Priorities, cfg.DefaultPriority, "HTTPConfig.Priorities")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m := &middleware{
+		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, maxKey: cfg.MaxKeyLength,
+		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
+		onReject: cfg.OnReject, legacy: cfg.LegacyHeaders, clock: ClockOr(cfg.Clock),
+	}
+	if m.key == nil {
+		m.key = ip.Key
+	}
+	if m.maxKey == 0 {
+		m.maxKey = DefaultMaxKeyLength
+	}
+	m.table.rules = rules
+	m.states.New = func() any { return new(httpState) }
+	return m, nil
+}
+
+// httpState is what one request needs beyond its stack: the grant (too big
+// to copy around, and it escapes) and the ResponseWriter wrapper. Both are
+// recycled, so admitting a request allocates neither.
+type httpState struct {
+	grant Grant
+	rw    responseWriter
+}
+
+type httpHandler struct {
+	m    *middleware
+	next http.Handler
+}
+
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	req, ok := m.request(w, r)
+	if !ok {
+		return
+	}
+	st := m.states.Get().(*httpState)
+	if err := m.chain.Acquire(r.Context(), req, &st.grant); err != nil {
+		m.recycle(st)
+		m.rejected(w, r, err)
+		return
+	}
+	if leases := st.grant.Leases(); len(leases) > 0 {
+		var buf [2][256]byte
+		f := leaseFields(leases, &buf)
+		if f.n > 0 {
+			f.write(w.Header(), m.legacy, m.now())
+		}
+	}
+	st.rw.w = w
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler panicked. Release, and let the panic go on; st
+			// is not recycled, since a handler goroutine may still hold
+			// its writer.
+			st.grant.Release(Failed)
+		}
+	}()
+	h.next.ServeHTTP(&st.rw, r)
+	returned = true
+	st.grant.Release(outcomeOf(r, &st.rw))
+	m.recycle(st)
+}
+
+func (m *middleware) now() (t time.Time) {
+	if m.legacy {
+		return m.clock.Now()
+	}
+	return t
+}
+
+func (m *middleware) recycle(st *httpState) {
+	st.grant = Grant{}
+	st.rw = responseWriter{}
+	m.states.Put(st)
+}
+
+func outcomeOf(r *http.Request, rw *responseWriter) Outcome {
+	switch {
+	case r.Context().Err() != nil:
+		return Dropped
+	case rw.status >= 500 && !rw.hijacked:
+		return Failed
+	}
+	return Completed
+}
+
+// request resolves the shed Request for r. It answers r itself, and
+// returns false, only when the key is missing and OnKeyError is KeyReject.
+func (m *middleware) request(w http.ResponseWriter, r *http.Request) (Request, bool) {
+	var req Request
+	key, err := m.key(r)
+	if err == nil && (key == "" || len(key) > m.maxKey) {
+		err = ErrKeyTooLong
+		if key == "" {
+			err = ErrNoKey
+		}
+	}
+	if err != nil {
+		switch m.onKeyError {
+		case KeyShared:
+			key = AnonymousKey
+		case KeyReject:
+			writeProblem(w, http.StatusBadRequest, "The request does not say who is asking.", nil)
+			return req, false
+		default:
+			if key, err = m.clientIP.Key(r); err != nil {
+				key = UnknownKey
+			}
+		}
+	}
+	req.Key = key
+
+	method := r.Method
+	route, prio := m.table.resolve(method, routePattern(r, m.routes))
+	req.Route = route
+	if p, ok := PriorityFrom(r.Context()); ok && p.Valid() {
+		prio = p
+	}
+	if m.priority != nil {
+		if p := m.priority(r, prio); p.Valid() {
+			prio = p
+		}
+	}
+	req.Priority = prio
+	req.Cost = 1
+	if m.cost != nil {
+		req.Cost = m.cost(r)
+	}
+	return req, true
+}
+
+// rejected answers a request the chain did not admit. Nothing has been
+// written yet: the handler never ran.
+func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error) {
+	rej, ok := err.(*Rejection)
+	if !ok && !errors.As(err, &rej) {
+		if r.Context().Err() != nil {
+			return // the client went away while queued: nobody to answer
+		}
+		writeProblem(w, http.StatusServiceUnavailable, "The service cannot take the request now.", nil)
+		return
+	}
+	if m.onReject != nil {
+		m.onReject(w, r, rej)
+		return
+	}
+	writeRejection(w, rej, m.legacy, m.now())
+}
+
+// responseWriter sees the status the handler answers with, for the
+// outcome, and passes everything else through.
+type responseWriter struct {
+	w        http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+// Header returns the header map of the server's ResponseWriter.
+func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
+
+// WriteHeader records the status and passes it on. Informational (1xx)
+// statuses other than 101 may precede the final one.
+func (rw *responseWriter) WriteHeader(code int) {
+	if rw.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		rw.status = code
+	}
+	rw.w.WriteHeader(code)
+}
+
+// Write records an implicit 200 and passes the bytes on.
+func (rw *responseWriter) Write(b []byte) (int, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return rw.w.Write(b)
+}
+
+// ReadFrom keeps io.Copy's fast path (sendfile) through the wrapper.
+func (rw *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	if rf, ok := rw.w.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{rw.w}, src)
+}
+
+// writerOnly hides ReadFrom from io.Copy, which would otherwise call back
+// into it.
+type writerOnly struct{ io.Writer }
+
+// Flush sends what is buffered to the client, when the server's writer can.
+func (rw *responseWriter) Flush() { _ = rw.FlushError() }
+
+// FlushError is Flush reporting failure; http.ResponseController prefers it.
+func (rw *responseWriter) FlushError() error {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return http.NewResponseController(rw.w).Flush()
+}
+
+// Hijack hands the connection over to the handler, when the server's writer
+// can (HTTP/1.x).
+func (rw *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(rw.w).Hijack()
+	if err == nil {
+		rw.hijacked = true
+	}
+	return c, brw, err
+}
+
+// Unwrap returns the server's ResponseWriter, for http.ResponseController.
+func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }

@@ -1,0 +1,155 @@
+package shed
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Problem types (RFC 9457) for rejections, as
+// draft-ietf-httpapi-ratelimit-headers defines them.
+const (
+	// ProblemQuotaExceeded: the client went over one or more of its quota
+	// policies (a 429).
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemReducedCapacity: the service cannot take the request now
+	// because it is shedding load (a 503).
+	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+const (
+	titleQuotaExceeded   = "Request cannot be satisfied as assigned quota has been exceeded"
+	titleReducedCapacity = "Request cannot be satisfied due to temporary server capacity constraints"
+)
+
+// ProblemContentType is the media type of a problem document (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// WriteRejection answers a rejected request the way the middleware does
+// unless HTTPConfig.OnReject says otherwise: the rejection's status (429 or
+// 503), Retry-After in whole seconds rounded up, the RateLimit-Policy and
+// RateLimit fields of the violated policies, and a problem document (RFC
+// 9457) whose "violated-policies" member names them. It writes only the
+// rejection's client-safe fields, never an internal error's text. Use it
+// from an OnReject that logs, counts or adds headers of its own first.
+func WriteRejection(w http.ResponseWriter, rej *Rejection) {
+	writeRejection(w, rej, false, time.Time{})
+}
+
+func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time.Time) {
+	h := w.Header()
+	if s := rej.RetryAfterSeconds(); s > 0 {
+		var b [20]byte
+		h[HeaderRetryAfter] = []string{string(strconv.AppendInt(b[:0], s, 10))}
+	}
+	var buf [2][256]byte
+	f := quotaFields{policy: buf[0][:0], limit: buf[1][:0]}
+	for i := range rej.Policies {
+		f.add(&rej.Policies[i], false)
+	}
+	f.write(h, legacy, now)
+	status := rej.Status
+	if status < 400 || status > 599 {
+		status = http.StatusServiceUnavailable
+	}
+	writeProblem(w, status, rej.Reason, rej.Policies)
+}
+
+// writeProblem writes a problem document for status. detail must be
+// client-safe; it is escaped.
+func writeProblem(w http.ResponseWriter, status int, detail string, policies []Quota) {
+	typ, title := "about:blank", http.StatusText(status)
+	switch status {
+	case http.StatusTooManyRequests:
+		typ, title = ProblemQuotaExceeded, titleQuotaExceeded
+	case http.StatusServiceUnavailable:
+		typ, title = ProblemReducedCapacity, titleReducedCapacity
+	}
+	if detail == "" {
+		detail = http.StatusText(status)
+	}
+	bp := problemBufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, detail)
+	if len(policies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i := range policies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			name := policies[i].Policy
+			if name == "" {
+				name = "default"
+			}
+			if len(name) > maxPolicyName {
+				name = name[:maxPolicyName]
+			}
+			b = appendJSONString(b, name)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, "}\n"...)
+
+	h := w.Header()
+	h["Content-Type"] = []string{ProblemContentType}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["Cache-Control"] = []string{"no-store"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	if cap(b) <= 4096 {
+		*bp = b
+		problemBufs.Put(bp)
+	}
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD
+// and '<', '>', '&' are escaped as encoding/json does, so the document is
+// valid JSON whatever a layer put in it.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
