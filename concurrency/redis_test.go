@@ -1,0 +1,532 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// newClient returns a client of the test server with context timeouts on,
+// as RedisConfig requires: each call is a separate host.
+func newClient(t testing.TB) *redis.Client {
+	t.Helper()
+	redistest.Client(t) // skips, or fails under scripts/test.sh, when there is no server
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func mustNewRedis(t testing.TB, cfg RedisConfig) *RedisLimiter {
+	t.Helper()
+	r, err := NewRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func zcard(t testing.TB, c redis.UniversalClient, key string) int64 {
+	t.Helper()
+	n, err := c.ZCard(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRedisLimitsAcrossHosts(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	ca, cb := newClient(t), newClient(t)
+	cfg := RedisConfig{Config: Config{Limit: 3, PerKey: 2}, Prefix: prefix, ExpectedInstances: 2}
+	cfg.Client = ca
+	a := mustNewRedis(t, cfg)
+	cfg.Client = cb
+	b := mustNewRedis(t, cfg)
+	ctx := context.Background()
+
+	a1, err := a.Acquire(ctx, shed.Request{Key: "alice"})
+	if err != nil || a1.Fallback {
+		t.Fatalf("a1: %v fallback=%v", err, a1.Fallback)
+	}
+	a2, err := a.Acquire(ctx, shed.Request{Key: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Acquire(ctx, shed.Request{Key: "alice"})
+	r := rejection(t, err)
+	if r.Status != http.StatusTooManyRequests || r.Policies[0].Policy != PolicyPerKey || r.Fallback {
+		t.Fatalf("alice's third request on another host: %+v", r)
+	}
+	b1, err := b.Acquire(ctx, shed.Request{Key: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1.Quota.Policy != PolicyOverall || b1.Quota.Remaining != 0 {
+		t.Fatalf("quota %+v, want the overall one with nothing left", b1.Quota)
+	}
+	_, err = b.Acquire(ctx, shed.Request{Key: "carol"})
+	if r := rejection(t, err); r.Status != http.StatusServiceUnavailable || r.Policies[0].Policy != PolicyOverall {
+		t.Fatalf("over the fleet's limit: %+v", r)
+	}
+	if n := zcard(t, ca, a.OverallKey()); n != 3 {
+		t.Fatalf("overall set holds %d, want 3", n)
+	}
+	if n := zcard(t, ca, a.KeyFor(shed.Request{Key: "alice"})); n != 2 {
+		t.Fatalf("alice's set holds %d, want 2", n)
+	}
+	for _, k := range []string{a.OverallKey(), a.KeyFor(shed.Request{Key: "alice"})} {
+		if ttl := ca.PTTL(ctx, k).Val(); ttl <= 0 || ttl > DefaultTTL {
+			t.Fatalf("key %s has TTL %v", k, ttl)
+		}
+	}
+	a1.Release(shed.Completed)
+	if _, err := b.Acquire(ctx, shed.Request{Key: "carol"}); err != nil {
+		t.Fatalf("after a release on the other host: %v", err)
+	}
+	if a.Held() != 1 || b.Held() != 2 {
+		t.Fatalf("held: a %d b %d", a.Held(), b.Held())
+	}
+	a2.Release(shed.Completed)
+	b1.Release(shed.Completed)
+}
+
+func TestRedisCostAndModes(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	c := newClient(t)
+	ctx := context.Background()
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 4, Enforcement: shed.Enforcement{DryRun: true}},
+		Client: c, Prefix: prefix + "dry", ExpectedInstances: 1})
+	big, err := r.Acquire(ctx, shed.Request{Cost: 3})
+	if err != nil || big.DryRun {
+		t.Fatal(err, big.DryRun)
+	}
+	over, err := r.Acquire(ctx, shed.Request{Cost: 2})
+	if err != nil || !over.DryRun {
+		t.Fatalf("dry run: %v DryRun=%v", err, over.DryRun)
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 5 {
+		t.Fatalf("set holds %d members, want 5 (one per unit)", n)
+	}
+	big.Release(shed.Completed)
+	over.Release(shed.Completed)
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d after releases", n)
+	}
+
+	hr := shed.HeadroomFunc(func() float64 { return 1 })
+	e := mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{Mode: shed.Elastic, Headroom: hr, Overage: 0.2}},
+		Client: c, Prefix: prefix + "elastic", ExpectedInstances: 1})
+	overs := 0
+	for i := 0; i < 12; i++ {
+		ls, err := e.Acquire(ctx, shed.Request{})
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if ls.Over {
+			overs++
+		}
+	}
+	if overs != 2 {
+		t.Fatalf("%d admitted over the limit, want 2", overs)
+	}
+	if _, err := e.Acquire(ctx, shed.Request{}); err == nil {
+		t.Fatal("admitted above the elastic ceiling")
+	}
+}
+
+func TestRedisReleaseIsIdempotent(t *testing.T) {
+	c := newClient(t)
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	other := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	ctx := context.Background()
+	a, _ := r.Acquire(ctx, shed.Request{})
+	b, _ := r.Acquire(ctx, shed.Request{})
+	copyOfA := a
+	a.Release(shed.Completed)
+	a.Release(shed.Completed)
+	r.Release(&copyOfA, shed.Completed) // a copy handed straight to Release
+	foreign, _ := other.Acquire(ctx, shed.Request{})
+	r.Release(&foreign, shed.Completed)
+	r.Release(&shed.Lease{}, shed.Completed)
+	r.Release(&shed.Lease{Ref: 42}, shed.Completed)
+	if n := zcard(t, c, r.OverallKey()); n != 1 {
+		t.Fatalf("set holds %d, want b's lease only", n)
+	}
+	if n := zcard(t, c, other.OverallKey()); n != 1 {
+		t.Fatal("a foreign lease was released by the wrong limiter")
+	}
+	b.Release(shed.Completed)
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d at the end", n)
+	}
+}
+
+func TestRedisKeysStayInTheirHashTag(t *testing.T) {
+	c := newClient(t)
+	perKey := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 1}, Client: c, Prefix: "p", ExpectedInstances: 1})
+	both := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 1, Limit: 5}, Client: c, Prefix: "p", ExpectedInstances: 1})
+	for _, k := range []string{"plain", "a}b{c", "}{", "new\nline", "%7D", "{x}", strings.Repeat("z", 500)} {
+		key := perKey.KeyFor(shed.Request{Key: k})
+		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || !strings.HasPrefix(key, "{p:k:") || !strings.HasSuffix(key, "}") {
+			t.Errorf("per-key key for %q escapes its tag: %q", k, key)
+		}
+		if strings.ContainsAny(key, "\n\r") || len(key) > maxKeyLen+10 {
+			t.Errorf("key for %q: %q", k, key)
+		}
+		key = both.KeyFor(shed.Request{Key: k})
+		if !strings.HasPrefix(key, "{p}:k:") || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
+			t.Errorf("key for %q must share the overall tag {p}: %q", k, key)
+		}
+	}
+	if perKey.KeyFor(shed.Request{Key: "a}b"}) == perKey.KeyFor(shed.Request{Key: "a%7Db"}) {
+		t.Error("escaping is not one-to-one")
+	}
+	if both.OverallKey() != "{p}:all" || perKey.OverallKey() != "" {
+		t.Errorf("overall keys %q %q", both.OverallKey(), perKey.OverallKey())
+	}
+}
+
+// TestRedisCrashedHostsLeaseExpires kills a host mid-lease (its client is
+// closed, nothing is released) and shows its lease expiring after the TTL,
+// after which another host gets the slot. Redis keeps the time, so this
+// test waits real time: about one TTL.
+func TestRedisCrashedHostsLeaseExpires(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	const ttl = 500 * time.Millisecond
+	cfg := RedisConfig{Config: Config{Limit: 1}, Prefix: prefix, TTL: ttl, RenewEvery: 100 * time.Millisecond, ExpectedInstances: 1}
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	dying := redis.NewClient(opt)
+	cfg.Client = dying
+	a := mustNewRedis(t, cfg)
+	cfg.Client = newClient(t)
+	b := mustNewRedis(t, cfg)
+	ctx := context.Background()
+	if _, err := a.Acquire(ctx, shed.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	dying.Close() // the host dies: no release, no more renewals
+	if _, err := b.Acquire(ctx, shed.Request{}); err == nil {
+		t.Fatal("the dead host's lease did not count")
+	}
+	deadline := start.Add(4 * ttl)
+	for {
+		ls, err := b.Acquire(ctx, shed.Request{})
+		if err == nil {
+			if ls.Fallback {
+				t.Fatal("admitted from the fallback, not from Redis")
+			}
+			ls.Release(shed.Completed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead host's lease has not expired %v after a TTL of %v", time.Since(start), ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The lease was renewed until the host died, so it lives about one TTL
+	// past the death.
+	if waited := time.Since(start); waited < ttl-150*time.Millisecond {
+		t.Fatalf("the lease expired after %v, before its TTL of %v", waited, ttl)
+	}
+	if n := zcard(t, cfg.Client, b.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d", n)
+	}
+}
+
+func redisTimeMs(t testing.TB, c redis.UniversalClient) int64 {
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMilli()
+}
+
+func TestRedisRenewalExtendsLeasesAndNeverResurrects(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	c := newClient(t)
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 5, PerKey: 5, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
+		TTL: 3 * time.Second, RenewEvery: time.Second, ExpectedInstances: 1})
+	ctx := context.Background()
+	ls, err := r.Acquire(ctx, shed.Request{Key: "k", Cost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, _ := r.Acquire(ctx, shed.Request{Key: "k"})
+	gone.Release(shed.Completed)
+	member := ls.Ref.(*redisLease).member
+	score := func(key, m string) float64 {
+		s, err := c.ZScore(ctx, key, m).Result()
+		if err != nil {
+			t.Fatalf("ZSCORE %s %s: %v", key, m, err)
+		}
+		return s
+	}
+	before := score(r.OverallKey(), member)
+	// Let Redis's clock move on a few milliseconds (bounded wait).
+	t1 := redisTimeMs(t, c)
+	for redisTimeMs(t, c) < t1+5 {
+		time.Sleep(time.Millisecond)
+	}
+	clock.Advance(time.Second) // the renewer's tick runs, and returns, inside Advance
+	for _, k := range []string{r.OverallKey(), r.KeyFor(shed.Request{Key: "k"})} {
+		for _, m := range []string{member, member + "#2"} {
+			if after := score(k, m); after <= before {
+				t.Fatalf("%s %s not renewed: %v then %v", k, m, before, after)
+			}
+		}
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 2 {
+		t.Fatalf("renewal brought back a released lease: %d members", n)
+	}
+	if r.Lost() != 0 {
+		t.Fatalf("lost %d", r.Lost())
+	}
+	ls.Release(shed.Completed)
+	clock.Advance(time.Second)
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d", n)
+	}
+}
+
+func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
+	c := newClient(t)
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 1000, PerKey: 1000}, Client: c, Prefix: redistest.Prefix(t),
+		Timeout: time.Second, ExpectedInstances: 1})
+	cancelled, admitted := 0, 0
+	for i := 0; i < 300; i++ {
+		// Deadlines from 0 to ~4.5ms end some calls before, some during and
+		// some after the script runs.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*15*time.Microsecond)
+		ls, err := r.Acquire(ctx, shed.Request{Key: "k"})
+		cancel()
+		switch {
+		case err == nil:
+			admitted++
+			ls.Release(shed.Dropped)
+		case errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		default:
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+	}
+	t.Logf("cancelled %d, admitted %d", cancelled, admitted)
+	if cancelled == 0 {
+		t.Fatal("no acquire was cancelled: the test proves nothing")
+	}
+	if r.Fallback() || r.Fallbacks() != 0 {
+		t.Fatal("a caller's cancellation must not count as Redis failing")
+	}
+	if err := r.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("%d leases left behind by cancelled acquires", n)
+	}
+	if n := zcard(t, c, r.KeyFor(shed.Request{Key: "k"})); n != 0 {
+		t.Fatalf("%d per-key leases left behind", n)
+	}
+}
+
+func TestRedisBadConfig(t *testing.T) {
+	c := newClient(t)
+	plain := redis.NewClient(redistest.Options(t)) // ContextTimeoutEnabled off
+	defer plain.Close()
+	base := func() RedisConfig {
+		return RedisConfig{Config: Config{Limit: 1}, Client: c, ExpectedInstances: 1}
+	}
+	cases := []struct {
+		name  string
+		edit  func(*RedisConfig)
+		field string
+	}{
+		{"nil client", func(c *RedisConfig) { c.Client = nil }, "RedisConfig.Client"},
+		{"no context timeouts", func(c *RedisConfig) { c.Client = plain }, "ContextTimeoutEnabled"},
+		{"zero limit", func(c *RedisConfig) { c.Limit = 0 }, "Config.Limit"},
+		{"negative limit", func(c *RedisConfig) { c.Limit = -5 }, "Config.Limit"},
+		{"ttl below renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, 2 * time.Second }, "RedisConfig.TTL"},
+		{"ttl equals renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, time.Second }, "RedisConfig.TTL"},
+		{"negative ttl", func(c *RedisConfig) { c.TTL = -1 }, "RedisConfig.TTL"},
+		{"instances", func(c *RedisConfig) { c.ExpectedInstances = 0 }, "RedisConfig.ExpectedInstances"},
+		{"braces in prefix", func(c *RedisConfig) { c.Prefix = "a{b}" }, "RedisConfig.Prefix"},
+		{"negative timeout", func(c *RedisConfig) { c.Timeout = -1 }, "RedisConfig.Timeout"},
+		{"adaptive", func(c *RedisConfig) { c.Adaptive = &Adaptive{Floor: 1, Ceiling: 2} }, "RedisConfig.Adaptive"},
+		{"queue", func(c *RedisConfig) {
+			c.Enforcement = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1, MaxWait: time.Second}}
+		}, "RedisConfig.Enforcement.Action"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base()
+			tc.edit(&cfg)
+			r, err := NewRedis(cfg)
+			if err == nil || r != nil {
+				t.Fatal("NewRedis accepted it")
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// proxy stands between a client and the test server, and can stop
+// answering (a slow or partitioned Redis) and start again.
+type proxy struct {
+	ln       net.Listener
+	target   string
+	down     atomic.Bool
+	accepted atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.accepted.Add(1)
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		if p.down.Load() {
+			continue // hold it open, never answer
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, up)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+		go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+	}
+}
+
+// cut closes every connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// stop makes Redis unreachable: open connections are cut, new ones hang.
+func (p *proxy) stop() { p.down.Store(true); p.cut() }
+
+func (p *proxy) start() { p.cut(); p.down.Store(false) }
+
+func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
+	direct := newClient(t)
+	px := newProxy(t, redistest.Addr(t))
+	opt := redistest.Options(t)
+	opt.Addr = px.ln.Addr().String()
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	defer c.Close()
+	clock := shedtest.NewClock(t0)
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
+		Timeout: 30 * time.Millisecond, ProbeEvery: 100 * time.Millisecond, TTL: time.Minute})
+	ctx := context.Background()
+
+	onRedis, err := r.Acquire(ctx, shed.Request{})
+	if err != nil || onRedis.Fallback {
+		t.Fatalf("Redis up: %v fallback=%v", err, onRedis.Fallback)
+	}
+	px.stop()
+	var local []shed.Lease
+	for i := 0; i < 2; i++ {
+		ls, err := r.Acquire(ctx, shed.Request{})
+		if err != nil || !ls.Fallback {
+			t.Fatalf("Redis down, acquire %d: %v fallback=%v", i, err, ls.Fallback)
+		}
+		local = append(local, ls)
+	}
+	if !r.Fallback() || r.Fallbacks() != 1 {
+		t.Fatalf("Fallback() %v, Fallbacks() %d", r.Fallback(), r.Fallbacks())
+	}
+	// The local share is 4 ÷ 2 = 2, and until ProbeEvery passes no request
+	// tries Redis.
+	tried := px.accepted.Load()
+	_, err = r.Acquire(ctx, shed.Request{})
+	if rej := rejection(t, err); !rej.Fallback || rej.Status != http.StatusServiceUnavailable {
+		t.Fatalf("over the local share: %+v", rej)
+	}
+	if px.accepted.Load() != tried {
+		t.Fatal("a request tried Redis before ProbeEvery passed")
+	}
+	clock.Advance(100 * time.Millisecond)
+	if _, err := r.Acquire(ctx, shed.Request{}); err == nil || !r.Fallback() {
+		t.Fatal("a probe while Redis is still down must fall back")
+	}
+	if px.accepted.Load() == tried {
+		t.Fatal("no probe after ProbeEvery")
+	}
+	// A lease from the fallback is released locally.
+	local[0].Release(shed.Completed)
+	if n := r.Local().InFlight(); n != 1 {
+		t.Fatalf("local in flight %d, want 1", n)
+	}
+
+	px.start()
+	clock.Advance(100 * time.Millisecond)
+	back, err := r.Acquire(ctx, shed.Request{})
+	if err != nil || back.Fallback || r.Fallback() {
+		t.Fatalf("Redis back: %v fallback=%v", err, back.Fallback)
+	}
+	local[1].Release(shed.Completed)
+	back.Release(shed.Completed)
+	onRedis.Release(shed.Completed)
+	if err := r.Renew(ctx); err != nil { // removes what the timed-out calls may have added
+		t.Fatal(err)
+	}
+	if n := r.Local().InFlight(); n != 0 {
+		t.Fatalf("local in flight %d", n)
+	}
+	if n := zcard(t, direct, r.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d", n)
+	}
+}
