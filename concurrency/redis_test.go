@@ -361,7 +361,7 @@ func TestRedisBadConfig(t *testing.T) {
 		{"no context timeouts", func(c *RedisConfig) { c.Client = plain }, "ContextTimeoutEnabled"},
 		{"zero limit", func(c *RedisConfig) { c.Limit = 0 }, "Config.Limit"},
 		{"negative limit", func(c *RedisConfig) { c.Limit = -5 }, "Config.Limit"},
-		{"ttl below renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, 2 * time.Second }, "RedisConfig.TTL"},
+		{"ttl below renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, 2*time.Second }, "RedisConfig.TTL"},
 		{"ttl equals renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, time.Second }, "RedisConfig.TTL"},
 		{"negative ttl", func(c *RedisConfig) { c.TTL = -1 }, "RedisConfig.TTL"},
 		{"instances", func(c *RedisConfig) { c.ExpectedInstances = 0 }, "RedisConfig.ExpectedInstances"},
