@@ -173,6 +173,7 @@ type RedisLimiter struct {
 	held    map[*redisLease]struct{} // leases to renew
 	pending []*redisLease            // releases Redis did not confirm, retried by the renewer
 	timer   shed.Timer
+	soon    bool // a prompt flush of pending is scheduled
 	closed  bool
 
 	stats redisStats
@@ -190,6 +191,11 @@ type redisLease struct {
 	cost     int64
 	expires  atomic.Int64 // unix nanos, local clock: after it the lease is gone from Redis anyway
 	released atomic.Bool
+	// recheck is set for an acquire that ended without an answer: its
+	// script may still be on its way to Redis, behind the first clean-up, so
+	// it is removed twice (promptly, and again at the renewer's next tick).
+	// Guarded by RedisLimiter.mu while pending.
+	recheck bool
 }
 
 // NewRedis checks cfg and returns a fleet-wide limiter, with its renewer
@@ -614,13 +620,34 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 // reached Redis.
 func (r *RedisLimiter) forget(e *redisLease) {
 	e.released.Store(true)
+	r.mu.Lock()
+	e.recheck = true
+	r.mu.Unlock()
 	r.retryLater(e)
 }
+
+// flushSoon is how long after a failed release or an unanswered acquire
+// the clean-up first runs, off the request path. The renewer's ticks retry
+// what it leaves.
+const flushSoon = 5 * time.Millisecond
 
 func (r *RedisLimiter) retryLater(e *redisLease) {
 	r.mu.Lock()
 	r.pending = append(r.pending, e)
+	if !r.soon && !r.closed {
+		r.soon = true
+		r.clock.AfterFunc(flushSoon, r.flushNow)
+	}
 	r.mu.Unlock()
+}
+
+func (r *RedisLimiter) flushNow() {
+	r.mu.Lock()
+	r.soon = false
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), max(r.timeout, 100*time.Millisecond))
+	defer cancel()
+	_ = r.flush(ctx)
 }
 
 // tick is the renewer: every RenewEvery it retries unconfirmed releases and
@@ -660,16 +687,27 @@ func (r *RedisLimiter) flush(ctx context.Context) error {
 	cmds := r.evalAll(ctx, releaseScript, calls)
 	now := r.clock.Now().UnixNano()
 	var keep []*redisLease
+	var err error
+	failed := 0
+	r.mu.Lock()
 	for i, c := range cmds {
-		if c.Err() != nil && now < todo[i].expires.Load() {
-			keep = append(keep, todo[i])
+		e := todo[i]
+		switch {
+		case c.Err() != nil:
+			if now < e.expires.Load() {
+				keep = append(keep, e)
+				failed++
+				err = c.Err()
+			}
+		case e.recheck:
+			e.recheck = false
+			keep = append(keep, e)
 		}
 	}
-	if len(keep) > 0 {
-		r.mu.Lock()
-		r.pending = append(r.pending, keep...)
-		r.mu.Unlock()
-		return fmt.Errorf("concurrency: %d releases not confirmed by Redis: %w", len(keep), cmds[0].Err())
+	r.pending = append(r.pending, keep...)
+	r.mu.Unlock()
+	if failed > 0 {
+		return fmt.Errorf("concurrency: %d releases not confirmed by Redis: %w", failed, err)
 	}
 	return nil
 }
@@ -786,5 +824,8 @@ func (r *RedisLimiter) Close() error {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), max(r.timeout, time.Second))
 	defer cancel()
-	return r.flush(ctx)
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
+	return r.flush(ctx) // the second removal of unanswered acquires
 }
