@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,3 +52,31 @@ func fixedRedis(t testing.TB, c redis.UniversalClient, clk *shedtest.Clock, alg 
 }
 
 var bg = context.Background()
+
+// commandCounter is a go-redis hook counting the commands a client sends,
+// each one round trip (a pipeline counts its commands).
+type commandCounter struct{ n atomic.Int64 }
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// countedClient is testRedisClient with a command counter.
+func countedClient(t testing.TB) (*redis.Client, *commandCounter) {
+	c := testRedisClient(t)
+	h := &commandCounter{}
+	c.AddHook(h)
+	return c, h
+}

@@ -1,0 +1,228 @@
+package ratelimit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// hashTag is the part of a key Redis Cluster hashes: the bytes between the
+// first '{' and the first '}' after it, when there are any.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+func TestRedisKeyLayout(t *testing.T) {
+	keys := []string{"k", "{k}", "k}", "{", "}", "}{", "a b", "a\nb", "\x00", "user:{42}:x",
+		strings.Repeat("{", 300), strings.Repeat("x", 1<<20), "loadshed:rl:tb:{abc}"}
+	seen := map[string]string{}
+	for _, alg := range allAlgs {
+		for _, k := range keys {
+			rk := redisKey(DefaultRedisPrefix, algKeyTags[alg], k)
+			if !strings.HasPrefix(rk, DefaultRedisPrefix+algKeyTags[alg]+":{") || !strings.HasSuffix(rk, "}") {
+				t.Fatalf("key %.20q: redis key %q does not follow <prefix><alg>:{<digest>}", k, rk)
+			}
+			if len(rk) != len(DefaultRedisPrefix)+len(algKeyTags[alg])+2+43+1 {
+				t.Fatalf("key %.20q: redis key %q has an unbounded length", k, rk)
+			}
+			tag := hashTag(rk)
+			if len(tag) != 43 || strings.ContainsAny(tag, "{} \n") {
+				t.Fatalf("key %.20q: hash tag %q is not the digest", k, tag)
+			}
+			if prev, ok := seen[rk]; ok {
+				t.Fatalf("keys %.20q and %.20q share the redis key %q", prev, k, rk)
+			}
+			seen[rk] = k
+		}
+	}
+}
+
+// Keys crafted to look like other keys, or like the store's own layout,
+// keep separate state on the server.
+func TestRedisOddKeysAreIsolated(t *testing.T) {
+	c := testRedisClient(t)
+	clk := shedtest.NewClock(contractStart)
+	r := fixedRedis(t, c, clk, FixedWindow, PerMinute(2), RedisConfig{OverLimitKeys: -1})
+	keys := []string{"a", "a ", "{a}", "a}", "{a", "a\n", "a\r\nSET x y", strings.Repeat("a", 100_000),
+		r.RedisKey("a"), "}" + r.RedisKey("a")}
+	for _, k := range keys {
+		if res, err := r.Allow(bg, k, 2); err != nil || !res.Allowed || res.Remaining != 0 {
+			t.Fatalf("first Allow(%.30q, 2) = %+v, %v; want a fresh key admitted", k, res, err)
+		}
+	}
+	for _, k := range keys {
+		if res, err := r.Allow(bg, k, 1); err != nil || res.Allowed {
+			t.Fatalf("second Allow(%.30q) = %+v, %v; want denied", k, res, err)
+		}
+	}
+}
+
+func TestRedisKeysExpire(t *testing.T) {
+	c := testRedisClient(t)
+	for _, alg := range allAlgs {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := shedtest.NewClock(contractStart)
+			limit := Limit{Quantity: 5, Period: 10 * time.Second, Burst: 5}
+			r := fixedRedis(t, c, clk, alg, limit, RedisConfig{OverLimitKeys: -1})
+			r.ttlSlack = 1
+			if _, err := r.Allow(bg, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := c.PTTL(bg, r.RedisKey("k")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The state lives as long as it matters: 2s of bucket (one unit of
+			// a 5-per-10s limit), up to a window (two for the sliding window).
+			if ttl <= 0 || ttl > 2*limit.Period+time.Second {
+				t.Fatalf("PTTL = %v, want a TTL within (0, %v]", ttl, 2*limit.Period+time.Second)
+			}
+			// Giving everything back leaves nothing worth keeping.
+			if err := r.Refund(bg, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.Exists(bg, r.RedisKey("k")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 && alg != SlidingLog {
+				t.Fatalf("state left after a full refund")
+			}
+			if alg == SlidingLog {
+				if card := c.ZCard(bg, r.RedisKey("k")).Val(); card != 0 {
+					t.Fatalf("log holds %d entries after a full refund", card)
+				}
+			}
+		})
+	}
+}
+
+// The log never holds more than Quantity members, however it is driven.
+func TestRedisSlidingLogBounded(t *testing.T) {
+	c := testRedisClient(t)
+	clk := shedtest.NewClock(contractStart)
+	limit := PerSecond(20)
+	r := fixedRedis(t, c, clk, SlidingLog, limit, RedisConfig{OverLimitKeys: -1})
+	admitted := 0
+	for i := 0; i < 400; i++ {
+		clk.Advance(7 * time.Millisecond)
+		res, err := r.Allow(bg, "k", int64(1+i%3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+		if n := c.ZCard(bg, r.RedisKey("k")).Val(); n > limit.Quantity {
+			t.Fatalf("after request %d the log holds %d members, limit %d", i, n, limit.Quantity)
+		}
+	}
+	if admitted < 20 {
+		t.Fatalf("only %d admitted: the test exercised nothing", admitted)
+	}
+}
+
+func TestRedisBadInput(t *testing.T) {
+	c := testRedisClient(t)
+	good := PerSecond(10)
+	cases := []struct {
+		name   string
+		client redis.UniversalClient
+		alg    Algorithm
+		limit  Limit
+		cfg    RedisConfig
+		field  string
+	}{
+		{"nil client", nil, TokenBucket, good, RedisConfig{}, "client is nil"},
+		{"zero quantity", c, TokenBucket, Limit{Period: time.Second}, RedisConfig{}, "Limit.Quantity"},
+		{"negative quantity", c, FixedWindow, Limit{Quantity: -1, Period: time.Second}, RedisConfig{}, "Limit.Quantity"},
+		{"zero period", c, SlidingLog, Limit{Quantity: 1}, RedisConfig{}, "Limit.Period"},
+		{"negative period", c, SlidingWindow, Limit{Quantity: 1, Period: -time.Second}, RedisConfig{}, "Limit.Period"},
+		{"negative burst", c, LeakyBucket, Limit{Quantity: 1, Period: time.Second, Burst: -1}, RedisConfig{}, "Limit.Burst"},
+		{"unknown algorithm", c, Algorithm(42), good, RedisConfig{}, "unknown algorithm"},
+		{"period too long", c, FixedWindow, Per(1, 60*24*time.Hour), RedisConfig{}, "Limit.Period"},
+		{"braces in prefix", c, TokenBucket, good, RedisConfig{Prefix: "a{b}"}, "RedisConfig.Prefix"},
+		{"negative timeout", c, TokenBucket, good, RedisConfig{Timeout: -1}, "RedisConfig.Timeout"},
+		{"negative probe", c, TokenBucket, good, RedisConfig{ProbeInterval: -1}, "RedisConfig.ProbeInterval"},
+		{"negative instances", c, TokenBucket, good, RedisConfig{ExpectedInstances: -1}, "RedisConfig.ExpectedInstances"},
+		{"batch fraction", c, TokenBucket, good, RedisConfig{Batch: BatchConfig{Fraction: 1.5}}, "RedisConfig.Batch.Fraction"},
+		{"batch age", c, TokenBucket, good, RedisConfig{Batch: BatchConfig{Fraction: .1, MaxAge: -1}}, "RedisConfig.Batch.MaxAge"},
+		{"no context timeout", redis.NewClient(redistest.Options(t)), TokenBucket, good, RedisConfig{}, "ContextTimeoutEnabled"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRedis(tc.client, tc.alg, tc.limit, tc.cfg)
+			if err == nil || r != nil {
+				t.Fatalf("NewRedis = %v, %v; want an error naming %s", r, err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %s", err, tc.field)
+			}
+		})
+	}
+
+	clk := shedtest.NewClock(contractStart)
+	for _, alg := range allAlgs {
+		r := fixedRedis(t, c, clk, alg, Limit{Quantity: 4, Period: time.Second, Burst: 2}, RedisConfig{})
+		for _, bad := range []struct {
+			key  string
+			cost int64
+			want error
+		}{{"", 1, ErrEmptyKey}, {"k", 0, ErrInvalidCost}, {"k", -5, ErrInvalidCost}, {"k", 5, ErrCostAboveBurst}} {
+			if _, err := r.Allow(bg, bad.key, bad.cost); !errors.Is(err, bad.want) {
+				t.Errorf("%v: Allow(%q, %d) = %v, want %v", alg, bad.key, bad.cost, err, bad.want)
+			}
+			if err := r.Refund(bg, bad.key, bad.cost); !errors.Is(err, bad.want) {
+				t.Errorf("%v: Refund(%q, %d) = %v, want %v", alg, bad.key, bad.cost, err, bad.want)
+			}
+			if _, fb, err := r.Decide(bg, bad.key, bad.cost); !errors.Is(err, bad.want) || fb {
+				t.Errorf("%v: Decide(%q, %d) = %v, %v; want %v from Redis' side", alg, bad.key, bad.cost, fb, err, bad.want)
+			}
+		}
+	}
+}
+
+// Without an injected instant the scripts read the server's TIME; the host
+// clock (here a year off) plays no part in the decision.
+func TestRedisServerTime(t *testing.T) {
+	c := testRedisClient(t)
+	for _, alg := range allAlgs {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := shedtest.NewClock(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+			r, err := NewRedis(c, alg, PerHour(3), RedisConfig{Prefix: testPrefix(t), Clock: clk, OverLimitKeys: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := int64(0); i < 3; i++ {
+				res, fb, err := r.Decide(bg, "k", 1)
+				if err != nil || fb || !res.Allowed || res.Remaining != 2-i {
+					t.Fatalf("request %d: %+v fallback=%v err=%v", i, res, fb, err)
+				}
+			}
+			// The sliding window counter may wait into the next window.
+			most := time.Hour
+			if alg == SlidingWindow {
+				most = 2 * time.Hour
+			}
+			res, fb, err := r.Decide(bg, "k", 1)
+			if err != nil || fb || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > most {
+				t.Fatalf("request 3: %+v fallback=%v err=%v; want denied for at most %v", res, fb, err, most)
+			}
+		})
+	}
+}
