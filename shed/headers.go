@@ -105,16 +105,18 @@ func appendLimitItem(b []byte, q *Quota, over bool) []byte {
 }
 
 // quotaFields collects quotas into the RateLimit-Policy and RateLimit field
-// values, and remembers the tightest one for the legacy headers.
+// values, and remembers the tightest one for the legacy headers. It is a
+// value threaded through add, not a pointer, so that its buffers can stay on
+// the caller's stack.
 type quotaFields struct {
 	policy, limit []byte
 	tightest      Quota
 	n             int
 }
 
-func (f *quotaFields) add(q *Quota, over bool) {
+func (f quotaFields) add(q *Quota, over bool) quotaFields {
 	if q.IsZero() {
-		return
+		return f
 	}
 	if f.n > 0 {
 		f.policy = append(f.policy, ", "...)
@@ -126,6 +128,7 @@ func (f *quotaFields) add(q *Quota, over bool) {
 		f.tightest = *q
 	}
 	f.n++
+	return f
 }
 
 // write adds the fields to h. They are added, not set, so that two shedders
@@ -145,12 +148,4 @@ func (f *quotaFields) write(h http.Header, legacy bool, now time.Time) {
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
 		h[HeaderXRateLimitReset] = []string{string(sfInt(b[:0], now.Unix()+CeilSeconds(t.Reset)))}
 	}
-}
-
-func leaseFields(leases []Lease, buf *[2][256]byte) quotaFields {
-	f := quotaFields{policy: buf[0][:0], limit: buf[1][:0]}
-	for i := range leases {
-		f.add(&leases[i].Quota, leases[i].Over)
-	}
-	return f
 }

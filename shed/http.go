@@ -216,12 +216,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.rejected(w, r, err)
 		return
 	}
-	if leases := st.grant.Leases(); len(leases) > 0 {
-		var buf [2][256]byte
-		f := leaseFields(leases, &buf)
-		if f.n > 0 {
-			f.write(w.Header(), m.legacy, m.now())
-		}
+	if leases := st.grant.Leases(); hasQuota(leases) {
+		m.writeLeaseFields(w.Header(), leases)
 	}
 	st.rw.w = w
 	returned := false
@@ -237,6 +233,26 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	returned = true
 	st.grant.Release(outcomeOf(r, &st.rw))
 	m.recycle(st)
+}
+
+func hasQuota(leases []Lease) bool {
+	for i := range leases {
+		if !leases[i].Quota.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// writeLeaseFields sets the RateLimit fields of an admitted request's
+// quotas, before the handler runs.
+func (m *middleware) writeLeaseFields(h http.Header, leases []Lease) {
+	var pb, lb [256]byte
+	f := quotaFields{policy: pb[:0], limit: lb[:0]}
+	for i := range leases {
+		f = f.add(&leases[i].Quota, leases[i].Over)
+	}
+	f.write(h, m.legacy, m.now())
 }
 
 func (m *middleware) now() (t time.Time) {
@@ -311,7 +327,10 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (Request, b
 // written yet: the handler never ran.
 func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error) {
 	rej, ok := err.(*Rejection)
-	if !ok && !errors.As(err, &rej) {
+	if !ok {
+		rej, ok = asRejection(err)
+	}
+	if !ok {
 		if r.Context().Err() != nil {
 			return // the client went away while queued: nobody to answer
 		}
@@ -323,6 +342,17 @@ func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	writeRejection(w, rej, m.legacy, m.now())
+}
+
+// asRejection is errors.As for a wrapped rejection, apart so that the
+// common, unwrapped case does not pay for its escaping target (inlined, the
+// target would be allocated on every rejection).
+//
+//go:noinline
+func asRejection(err error) (*Rejection, bool) {
+	var rej *Rejection
+	ok := errors.As(err, &rej)
+	return rej, ok
 }
 
 // responseWriter sees the status the handler answers with, for the
@@ -351,6 +381,14 @@ func (rw *responseWriter) Write(b []byte) (int, error) {
 		rw.status = http.StatusOK
 	}
 	return rw.w.Write(b)
+}
+
+// WriteString keeps the server's allocation-free io.WriteString path.
+func (rw *responseWriter) WriteString(s string) (int, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return io.WriteString(rw.w, s)
 }
 
 // ReadFrom keeps io.Copy's fast path (sendfile) through the wrapper.

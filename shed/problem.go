@@ -49,7 +49,7 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 	var buf [2][256]byte
 	f := quotaFields{policy: buf[0][:0], limit: buf[1][:0]}
 	for i := range rej.Policies {
-		f.add(&rej.Policies[i], false)
+		f = f.add(&rej.Policies[i], false)
 	}
 	f.write(h, legacy, now)
 	status := rej.Status
