@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestSelfTest runs the demo as `demo -selftest` does: a real server on a
+// free loopback port, a bounded number of requests to itself.
+func TestSelfTest(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"-selftest"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errOut)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"429 Too Many Requests",
+		"Retry-After: ",
+		`Ratelimit-Policy: "sheddable-per-key";q=2;w=60`,
+		"Content-Type: application/problem+json",
+		"violated-policies",
+		"POST /v1/charges -> 201 Created",
+		"selftest: ok",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestBadFlag(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"-nope"}, &out, &errOut); code != 2 {
+		t.Errorf("exit %d for an unknown flag, want 2", code)
+	}
+}
