@@ -34,8 +34,9 @@ type BatchConfig struct {
 	// the exact mode. 0.1 is a good start.
 	Fraction float64
 	// MaxAge is how long a lease may be served after it was fetched
-	// (default Period/10, at least 1ms). Shorter keeps local figures fresh;
-	// the overshoot bound does not depend on it.
+	// (default Period). Shorter hands idle units back to the other
+	// instances sooner, by wasting them: an aged-out lease's units are
+	// dropped, not returned. The overshoot bound does not depend on it.
 	MaxAge time.Duration
 	// MaxKeys bounds the leases held (default DefaultBatchKeys); a new key
 	// arriving when it is full drops a lease, whose units are then lost.
@@ -88,7 +89,7 @@ func newBatcher(c BatchConfig, alg Algorithm, limit Limit) *batcher {
 	b := &batcher{chunk: BatchChunk(alg, limit, c.Fraction), maxAge: int64(c.MaxAge), maxKeys: c.MaxKeys,
 		leases: make(map[string]*lease)}
 	if b.maxAge == 0 {
-		b.maxAge = max(int64(limit.Period/10), int64(time.Millisecond))
+		b.maxAge = int64(limit.Period)
 	}
 	if b.maxKeys == 0 {
 		b.maxKeys = DefaultBatchKeys
@@ -128,6 +129,13 @@ func (b *batcher) decide(ctx context.Context, r *Redis, key string, cost int64, 
 		l.units -= cost
 		return Result{Allowed: true, Limit: r.limit.Quantity, Remaining: l.units + l.remote,
 			ResetAfter: time.Duration(max(l.reset-t, 0))}, false, nil
+	}
+	// Redis having nothing left says nothing of this lease: ask the
+	// over-limit cache only when the lease cannot serve.
+	if r.over != nil {
+		if res, ok := r.over.check(key, now, r.limit.Quantity); ok {
+			return res, false, nil
+		}
 	}
 	rep, err := r.roundTrip(ctx, opAllow, key, cost, max(b.chunk, cost), now)
 	if err != nil {

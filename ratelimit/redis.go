@@ -280,13 +280,13 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 		return Result{Limit: r.limit.Quantity}, false, err
 	}
 	now := r.clock.Now()
+	if r.batch != nil {
+		return r.batch.decide(ctx, r, key, cost, now)
+	}
 	if r.over != nil {
 		if res, ok := r.over.check(key, now, r.limit.Quantity); ok {
 			return res, false, nil
 		}
-	}
-	if r.batch != nil {
-		return r.batch.decide(ctx, r, key, cost, now)
 	}
 	rep, err := r.roundTrip(ctx, opAllow, key, cost, cost, now)
 	if err != nil {
