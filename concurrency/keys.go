@@ -25,7 +25,7 @@ type slot struct {
 const (
 	numShards = 64 // a power of two
 	// minSweepAt is the size at which a shard first sweeps its idle keys.
-	minSweepAt = 64
+	minSweepAt = 512
 )
 
 type shard struct {

@@ -213,27 +213,20 @@ func add(c *atomic.Int64, cost, max int64) (int64, bool) {
 	}
 }
 
-// attempt is one decision without waiting: a lease, or the verdict (Wait or
-// Deny) and the limit that refused.
-func (l *Limiter) attempt(req *shed.Request, cost int64) (shed.Lease, shed.Verdict, taken) {
-	key := l.key(req)
-	limit := l.limit.Load()
-	t := l.take(key, cost, l.perKey, limit)
-	if t.ok {
-		if l.enf.Mode == shed.Soft {
-			if t.s != nil {
-				t.s.ep.End()
-			}
-			l.ep.End()
-		}
-		return l.lease(t, cost, limit, time.Time{}), shed.Admit, t
+// attempt decides without waiting when the request is over a limit (t says
+// which): a lease admitted over the limit or in dry run, or the verdict
+// (Wait or Deny).
+func (l *Limiter) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, shed.Verdict, taken) {
+	var now time.Time
+	if l.enf.Mode != shed.Hard || l.enf.DryRun {
+		now = l.clock.Now() // Decide reads it only for the soft and elastic allowances
 	}
-	now := l.clock.Now()
 	v := l.decide(now, t, cost, limit)
+	key := l.key(req)
 	if v == shed.AdmitOver {
 		t2 := l.take(key, cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
 		if t2.ok {
-			ls := l.lease(t2, cost, limit, now)
+			ls := l.lease(&t2, cost, limit, now)
 			ls.Over = true
 			return ls, v, t2
 		}
@@ -242,7 +235,7 @@ func (l *Limiter) attempt(req *shed.Request, cost int64) (shed.Lease, shed.Verdi
 	}
 	if v == shed.AdmitDryRun {
 		t2 := l.take(key, cost, unlimited, unlimited)
-		ls := l.lease(t2, cost, limit, now)
+		ls := l.lease(&t2, cost, limit, now)
 		ls.DryRun = true
 		return ls, v, t
 	}
@@ -258,7 +251,7 @@ func (l *Limiter) decide(now time.Time, t taken, cost, limit int64) shed.Verdict
 	return l.enf.Decide(now, false, within, &l.ep)
 }
 
-func (l *Limiter) lease(t taken, cost, limit int64, now time.Time) shed.Lease {
+func (l *Limiter) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls := shed.NewLease(l)
 	ls.Cost = cost
 	if t.s != nil {
@@ -287,9 +280,38 @@ func (l *Limiter) lease(t taken, cost, limit int64, now time.Time) shed.Lease {
 // other rejection a 503.
 func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	cost := req.Units()
-	ls, v, t := l.attempt(&req, cost)
+	limit := l.limit.Load()
+	t := l.take(l.key(&req), cost, l.perKey, limit)
+	if t.ok {
+		if l.enf.Mode == shed.Soft {
+			if t.s != nil {
+				t.s.ep.End()
+			}
+			l.ep.End()
+		}
+		// Built here rather than by l.lease: a Lease is 144 bytes, and each
+		// function it is returned through copies it once more.
+		ls := shed.NewLease(l)
+		ls.Cost = cost
+		if t.s != nil {
+			ls.Ref = t.s
+			if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
+				ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+			} else {
+				ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+			}
+		} else {
+			ls.Ref = l
+			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+		}
+		if l.adaptive != nil {
+			ls.Acquired = l.clock.Now()
+		}
+		return ls, nil
+	}
+	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
-	case shed.Admit, shed.AdmitOver, shed.AdmitDryRun:
+	case shed.AdmitOver, shed.AdmitDryRun:
 		return ls, nil
 	case shed.Wait:
 		return l.wait(ctx, req, cost, t)

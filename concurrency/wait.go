@@ -36,7 +36,7 @@ func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t take
 		}
 		return shed.Lease{}, err
 	}
-	ls := l.lease(got, cost, l.limit.Load(), l.clock.Now())
+	ls := l.lease(&got, cost, l.limit.Load(), l.clock.Now())
 	ls.Waited = waited
 	return ls, nil
 }
