@@ -119,6 +119,15 @@ func (l *Limiter) InFlightKey(key string) int64 {
 	return 0
 }
 
+// Queued returns how many requests wait for capacity now (Enforcement.Action
+// Queue); 0 without a queue.
+func (l *Limiter) Queued() int {
+	if l.queue == nil {
+		return 0
+	}
+	return l.queue.Len()
+}
+
 // Keys returns how many per-key counters are held, idle ones not yet swept
 // included.
 func (l *Limiter) Keys() int {

@@ -16,9 +16,9 @@ import (
 func queued(t *testing.T, l *Limiter, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for l.queue.Len() != n {
+	for l.Queued() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("queue length %d, want %d", l.queue.Len(), n)
+			t.Fatalf("queue length %d, want %d", l.Queued(), n)
 		}
 		runtime.Gosched()
 	}
