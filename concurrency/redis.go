@@ -416,6 +416,9 @@ func (r *RedisLimiter) which(keys []string, i int) which {
 // ctx ends while the script runs, Acquire returns ctx's error, and a lease
 // the script may have added is removed by the renewer.
 func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
+	}
 	if d := r.down.Load(); d != 0 {
 		now := r.clock.Now().UnixNano()
 		if now < d || !r.down.CompareAndSwap(d, now+int64(r.probeEvery)) {
@@ -608,6 +611,11 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 	r.mu.Lock()
 	delete(r.held, e)
 	r.mu.Unlock()
+	if r.down.Load() != 0 {
+		// Redis is not answering: do not make the request wait on it.
+		r.retryLater(e)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	err := releaseScript.Run(ctx, r.client, e.keys, e.member, e.cost).Err()
 	cancel()

@@ -476,6 +476,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	if err != nil || onRedis.Fallback {
 		t.Fatalf("Redis up: %v fallback=%v", err, onRedis.Fallback)
 	}
+	releasedWhileDown, _ := r.Acquire(ctx, shed.Request{})
 	px.stop()
 	var local []shed.Lease
 	for i := 0; i < 2; i++ {
@@ -505,8 +506,14 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	if px.accepted.Load() == tried {
 		t.Fatal("no probe after ProbeEvery")
 	}
-	// A lease from the fallback is released locally.
+	// A lease from the fallback is released locally; one from Redis is
+	// queued for removal without waiting on Redis.
 	local[0].Release(shed.Completed)
+	tried = px.accepted.Load()
+	releasedWhileDown.Release(shed.Completed)
+	if px.accepted.Load() != tried {
+		t.Fatal("a release waited on Redis while falling back")
+	}
 	if n := r.Local().InFlight(); n != 1 {
 		t.Fatalf("local in flight %d, want 1", n)
 	}
