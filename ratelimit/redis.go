@@ -85,8 +85,29 @@ type FallbackDecider interface {
 
 // Redis is the Redis-backed Limiter for one algorithm and one limit, shared
 // by every process that uses the same Redis, prefix and algorithm. It is
-// safe for concurrent use. See the package documentation for its key
-// layout, TTLs and failure policy.
+// safe for concurrent use. docs/redis.md tells the whole story; in short:
+//
+// Decisions. Each is one atomic Lua script (EVALSHA, falling back to EVAL)
+// that reads the server's TIME, so hosts' clocks play no part and any number
+// of hosts never admit more than an exact algorithm's limit. The figures
+// are those of the in-memory store.
+//
+// Keys. <Prefix><algorithm>:{<base64url SHA-256 of the key>}: the digest is
+// the Cluster hash tag, so no key, whatever its bytes or length, can move
+// the tag or reach another key's state (see RedisKey). Every write sets a
+// PEXPIRE for as long as the state matters (a bucket until it is full, a
+// window until it ends, the log until its newest unit expires), so idle keys
+// vanish; the log holds at most Quantity members.
+//
+// Failure. Each round trip is bounded by RedisConfig.Timeout (the client
+// needs ContextTimeoutEnabled). On a timeout or an outage the decision comes
+// from an in-memory limiter of this instance's share of the limit
+// (ExpectedInstances), with no error; Decide reports it. Redis is then left
+// alone for ProbeInterval, after which one request probes it.
+//
+// Round trips. Keys found with no unit left are answered locally until one
+// is back (OverLimitKeys). The batched mode (RedisConfig.Batch) leases
+// chunks of the limit, overshooting by at most instances × (chunk − 1).
 type Redis struct {
 	client redis.UniversalClient
 	alg    Algorithm
