@@ -30,6 +30,7 @@ const (
 	KeyReject
 )
 
+// String returns the policy's name.
 func (p KeyErrorPolicy) String() string {
 	switch p {
 	case KeyFallbackClientIP:
@@ -136,7 +137,7 @@ type middleware struct {
 // otherwise. The middleware writes nothing once the handler has begun.
 //
 // The ResponseWriter the handler gets wraps the server's to see the status;
-// it implements Flush, Hijack, ReadFrom and Unwrap, so
+// it implements Flush, Hijack, ReadFrom, WriteString and Unwrap, so
 // http.NewResponseController works through it.
 //
 // An invalid config is an error naming the field.
@@ -204,6 +205,8 @@ type httpHandler struct {
 	next http.Handler
 }
 
+// ServeHTTP runs one request through the chain and, if admitted, the next
+// handler.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	req, ok := m.request(w, r)

@@ -273,21 +273,28 @@ func (c *ClientIP) Trusted(a netip.Addr) bool {
 // returns ErrNoKey when the peer address itself is not an IP (a Unix socket,
 // say). It never panics, whatever the headers hold.
 func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
-	peer, ok := parseHostPort(r.RemoteAddr)
+	a, _, err := c.addr(r)
+	return a, err
+}
+
+// addr is Addr, also returning the peer's address text when the client is
+// the peer ("" otherwise).
+func (c *ClientIP) addr(r *http.Request) (netip.Addr, string, error) {
+	peer, text, ok := parseHostPortText(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, ErrNoKey
+		return netip.Addr{}, "", ErrNoKey
 	}
 	if c == nil || len(c.trusted) == 0 || !c.Trusted(peer) {
-		return peer, nil
+		return peer, text, nil
 	}
 	vals := r.Header[c.header]
 	if len(vals) == 0 {
-		return peer, nil
+		return peer, text, nil
 	}
 	if c.forwarded {
-		return c.walkForwarded(vals, peer), nil
+		return c.walkForwarded(vals, peer), "", nil
 	}
-	return c.walkList(vals, peer), nil
+	return c.walkList(vals, peer), "", nil
 }
 
 // walkList walks comma-separated address lists right to left; empty list
@@ -411,34 +418,40 @@ func parseForwardedNode(s string) (netip.Addr, bool) {
 }
 
 // parseHostPort parses an address with or without a port, IPv6 with or
-// without brackets, and drops any zone and IPv4-mapping.
+// without brackets, and drops any zone and IPv4-mapping. It also returns
+// the text it parsed as the address (a substring of s).
 func parseHostPort(s string) (netip.Addr, bool) {
+	a, _, ok := parseHostPortText(s)
+	return a, ok
+}
+
+func parseHostPortText(s string) (netip.Addr, string, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" || len(s) > 64 {
-		return netip.Addr{}, false
+		return netip.Addr{}, "", false
 	}
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return netip.Addr{}, false
+			return netip.Addr{}, "", false
 		}
 		rest := s[end+1:]
 		if rest != "" && (rest[0] != ':' || !allDigits(rest[1:])) {
-			return netip.Addr{}, false
+			return netip.Addr{}, "", false
 		}
 		s = s[1:end]
 	} else if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s, ':') == i {
 		// One colon: IPv4 with a port.
 		if !allDigits(s[i+1:]) {
-			return netip.Addr{}, false
+			return netip.Addr{}, "", false
 		}
 		s = s[:i]
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, false
+		return netip.Addr{}, "", false
 	}
-	return a.WithZone("").Unmap(), true
+	return a.WithZone("").Unmap(), s, true
 }
 
 func allDigits(s string) bool {
@@ -456,25 +469,15 @@ func allDigits(s string) bool {
 // Key is a KeyFunc: the client's address as text ("203.0.113.7",
 // "2001:db8::1").
 func (c *ClientIP) Key(r *http.Request) (string, error) {
-	a, err := c.Addr(r)
+	a, text, err := c.addr(r)
 	if err != nil {
 		return "", err
 	}
-	// The common case, a peer "1.2.3.4:5678" whose host is already in
-	// canonical form, needs no new string.
-	if host, ok := hostOf(r.RemoteAddr); ok && len(host) <= 15 && a.Is4() {
-		var buf [15]byte
-		if string(a.AppendTo(buf[:0])) == host {
-			return host, nil
-		}
+	// The common case, the peer "1.2.3.4:5678" itself, needs no new string:
+	// netip accepts only canonical dotted quads, so the text that parsed as
+	// the IPv4 address a is already its canonical form.
+	if text != "" && a.Is4() && strings.IndexByte(text, ':') < 0 {
+		return text, nil
 	}
 	return a.String(), nil
-}
-
-func hostOf(remote string) (string, bool) {
-	i := strings.LastIndexByte(remote, ':')
-	if i < 0 {
-		return "", false
-	}
-	return remote[:i], true
 }
