@@ -137,16 +137,22 @@ func (b *batcher) decide(ctx context.Context, r *Redis, key string, cost int64, 
 			return res, false, nil
 		}
 	}
-	rep, err := r.roundTrip(ctx, opAllow, key, cost, max(b.chunk, cost), now)
+	// Units left in an aged-out lease are dropped (they were counted by
+	// Redis when leased: a lost unit errs towards refusing). A fresh lease
+	// too small for this cost pays part of it, so the fetch asks only for
+	// the rest, and the lease stays within Chunk − 1 units.
+	if t >= l.expires {
+		l.units = 0
+	}
+	want := cost - l.units
+	rep, err := r.roundTrip(ctx, opAllow, key, want, max(b.chunk, want), now)
 	if err != nil {
 		return r.decideLocally(ctx, key, cost, err)
 	}
-	// Units left in an aged-out lease are dropped: they were counted by
-	// Redis when leased, and spending them now would stretch the overshoot.
-	l.units, l.remote = 0, rep.remaining
+	l.remote = rep.remaining
 	l.reset = t + rep.reset
 	if rep.allowed {
-		l.units = rep.taken - cost
+		l.units += rep.taken - cost
 		l.expires = t + b.maxAge
 	}
 	r.noteOver(key, now, rep)

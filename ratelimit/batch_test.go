@@ -178,3 +178,21 @@ func TestBatchRefund(t *testing.T) {
 		t.Fatalf("admitted %d more, want 10", admitted)
 	}
 }
+
+// A lease too small for a request pays part of it: no unit is lost.
+func TestBatchLeftoverPaysPart(t *testing.T) {
+	c := testRedisClient(t)
+	clk := shedtest.NewClock(contractStart)
+	r := fixedRedis(t, c, clk, FixedWindow, PerSecond(10), RedisConfig{Batch: BatchConfig{Fraction: 0.3}})
+	// Leases 3, holds 2; then cost 3 takes the 2 and 1 more from Redis
+	// (leasing up to 3); then the last units.
+	admitted := int64(0)
+	for _, cost := range []int64{1, 3, 3, 3, 3, 1, 1} {
+		if res, _ := r.Allow(bg, "k", cost); res.Allowed {
+			admitted += cost
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d units, want all 10 of the window", admitted)
+	}
+}
