@@ -851,3 +851,42 @@ func TestMiddlewareConcurrent(t *testing.T) {
 		t.Errorf("failed=%d completed=%d held=%d", l.Released(shed.Failed), l.Released(shed.Completed), l.Held())
 	}
 }
+
+// FuzzMiddleware sends arbitrary methods, paths, peers and headers through
+// the middleware in front of a chi router: nothing may panic, every request
+// is answered, and every lease is released.
+func FuzzMiddleware(f *testing.F) {
+	f.Add("GET", "/v1/charges/ch_1", "10.0.0.1:80", "k", "Bearer t", "1.2.3.4, 10.0.0.2", `for="[::1]:80"`)
+	f.Add("POST", "/v1/reports/", "[::1]:1", "a|b\\", "bearer", ",,,", `for=`)
+	f.Add("BREW", "*", "", "\xff\x00", "Basic x", "garbage", `;=;"`)
+	f.Add("", "//v1/../charges/%2F", "10.9.9.9", strings.Repeat("k", 300), "Bearer "+strings.Repeat("t", 300), "::ffff:1.2.3.4", `for=unknown`)
+	l := shedtest.NewLayer("l")
+	l.Quota = shed.Quota{Policy: "p\"\\\xff", Limit: -5, Window: -time.Second, Remaining: 1 << 62, Reset: -1}
+	c := newChain(f, l)
+	r := chi.NewRouter()
+	r.Use(newMW(f, c, shed.HTTPConfig{
+		Key:           shed.KeyCombine(shed.KeyHeader("X-API-Key"), shed.KeyBearer()),
+		OnKeyError:    shed.KeyShared,
+		ClientIP:      shed.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "::1"}},
+		Priorities:    annotations,
+		LegacyHeaders: true,
+	}))
+	r.Get("/v1/charges/{id}", ok)
+	r.Route("/v1/reports", func(r chi.Router) { r.Get("/*", ok) })
+	f.Fuzz(func(t *testing.T, method, path, remote, apiKey, auth, xff, fwd string) {
+		req := &http.Request{
+			Method: method, URL: &neturl.URL{Path: path}, RemoteAddr: remote,
+			Header: http.Header{"X-Api-Key": {apiKey}, "Authorization": {auth}, "X-Forwarded-For": {xff}, "Forwarded": {fwd}},
+		}
+		req = req.WithContext(context.Background())
+		rec := httptest.NewRecorder()
+		before := l.ReleasedTotal()
+		r.ServeHTTP(rec, req)
+		if rec.Code == 0 {
+			t.Fatal("no answer")
+		}
+		if l.Held() != 0 || l.ReleasedTotal() < before {
+			t.Fatalf("leases held after the request: %d", l.Held())
+		}
+	})
+}
