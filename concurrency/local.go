@@ -287,37 +287,42 @@ func (l *Limiter) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 // (until capacity frees, the queue's bounds or the request's deadline, or
 // ctx ends). A rejection over the per-key limit is a 429 with ByKey, every
 // other rejection a 503.
-func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, err error) {
 	cost := req.Units()
 	limit := l.limit.Load()
 	t := l.take(l.key(&req), cost, l.perKey, limit)
-	if t.ok {
-		if l.enf.Mode == shed.Soft {
-			if t.s != nil {
-				t.s.ep.End()
-			}
-			l.ep.End()
-		}
-		// Built here rather than by l.lease: a Lease is 144 bytes, and each
-		// function it is returned through copies it once more.
-		ls := shed.NewLease(l)
-		ls.Cost = cost
+	if !t.ok {
+		return l.over(ctx, req, cost, limit, t)
+	}
+	if l.enf.Mode == shed.Soft {
 		if t.s != nil {
-			ls.Ref = t.s
-			if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
-				ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
-			} else {
-				ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
-			}
+			t.s.ep.End()
+		}
+		l.ep.End()
+	}
+	// Built here, in the named result, rather than by l.lease: a Lease is
+	// 144 bytes, and each function it is returned through copies it again.
+	ls = shed.NewLease(l)
+	ls.Cost = cost
+	if t.s != nil {
+		ls.Ref = t.s
+		if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
+			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
 		} else {
-			ls.Ref = l
 			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
 		}
-		if l.adaptive != nil {
-			ls.Acquired = l.clock.Now()
-		}
-		return ls, nil
+	} else {
+		ls.Ref = l
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
 	}
+	if l.adaptive != nil {
+		ls.Acquired = l.clock.Now()
+	}
+	return ls, nil
+}
+
+// over handles a request refused by a limit at its first attempt.
+func (l *Limiter) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
 	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
 	case shed.AdmitOver, shed.AdmitDryRun:
