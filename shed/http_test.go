@@ -217,7 +217,9 @@ func TestMiddlewareRejection429(t *testing.T) {
 	if got, want := rec.Header().Get("RateLimit-Policy"), `"per-key";q=100;w=60, "in\"flight\\";q=5;qu="concurrent-requests"`; got != want {
 		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 	}
-	if got, want := rec.Header().Get("RateLimit"), `"per-key";r=0;t=30, "in\"flight\\";r=0`; got != want {
+	// t is cut to the retry time (2s): Retry-After must not point before
+	// the end of the effective window.
+	if got, want := rec.Header().Get("RateLimit"), `"per-key";r=0;t=2, "in\"flight\\";r=0`; got != want {
 		t.Errorf("RateLimit = %q, want %q", got, want)
 	}
 	if strings.Contains(rec.Header().Get("RateLimit-Policy"), "global") {
@@ -293,7 +295,8 @@ func TestMiddlewareLegacyHeaders(t *testing.T) {
 	l.Reject(shed.Throttled("rl", shed.Request{}, "slow down", time.Second, shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 5 * time.Second}))
 	rec = httptest.NewRecorder()
 	mw(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if rec.Code != 429 || rec.Header().Get("X-RateLimit-Remaining") != "0" || rec.Header().Get("X-RateLimit-Reset") != "1700000005" {
+	if rec.Code != 429 || rec.Header().Get("X-RateLimit-Remaining") != "0" || rec.Header().Get("X-RateLimit-Reset") != "1700000001" ||
+		rec.Header().Get("Retry-After") != "1" || rec.Header().Get("RateLimit") != `"per-key";r=0;t=1` {
 		t.Errorf("rejection legacy headers: %d %v", rec.Code, rec.Header())
 	}
 }

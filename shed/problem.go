@@ -49,7 +49,16 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 	var buf [2][256]byte
 	f := quotaFields{policy: buf[0][:0], limit: buf[1][:0]}
 	for i := range rej.Policies {
-		f = f.add(&rej.Policies[i], false)
+		q := rej.Policies[i]
+		// The draft asks that Retry-After not point before the end of the
+		// effective window (t): a client told r=0 for t seconds should
+		// not be told to come back sooner. Units may come back before the
+		// whole quota does, so t is cut to the retry time, not the
+		// reverse.
+		if rej.RetryAfter > 0 && q.Reset > rej.RetryAfter {
+			q.Reset = rej.RetryAfter
+		}
+		f = f.add(&q, false)
 	}
 	f.write(h, legacy, now)
 	status := rej.Status
