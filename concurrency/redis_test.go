@@ -537,3 +537,45 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 		t.Fatalf("set holds %d", n)
 	}
 }
+
+func TestRedisSoftModeAndRoutes(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	c := newClient(t)
+	ctx := context.Background()
+	r := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute}},
+		Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	route := shed.Request{Key: "anyone", Route: "POST /v1/charges"}
+	var held []shed.Lease
+	for i := 0; i < 3; i++ {
+		ls, err := r.Acquire(ctx, route)
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if ls.Over != (i == 2) {
+			t.Fatalf("acquire %d: Over = %v", i, ls.Over)
+		}
+		held = append(held, ls)
+	}
+	_, err := r.Acquire(ctx, route)
+	if rej := rejection(t, err); rej.Status != http.StatusServiceUnavailable || rej.Policies[0].Policy != PolicyPerRoute {
+		t.Fatalf("over the route's ceiling: %+v", rej)
+	}
+	if _, err := r.Acquire(ctx, shed.Request{Route: "GET /v1/charges"}); err != nil {
+		t.Fatalf("another route: %v", err)
+	}
+	// The overage lasts OverageFor; then the hard limit holds until the
+	// route is back under it.
+	held[2].Release(shed.Completed)
+	clock.Advance(2 * time.Minute)
+	if _, err := r.Acquire(ctx, route); err == nil {
+		t.Fatal("the overage outlived OverageFor")
+	}
+	held[1].Release(shed.Completed)
+	if ls, err := r.Acquire(ctx, route); err != nil || ls.Over {
+		t.Fatalf("back under the limit: %v over=%v", err, ls.Over)
+	}
+	if ls, err := r.Acquire(ctx, route); err != nil || !ls.Over {
+		t.Fatalf("a new overage episode: %v over=%v", err, ls.Over)
+	}
+}
