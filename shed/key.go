@@ -176,6 +176,11 @@ type ClientIPConfig struct {
 	// for RFC 7239's for= parameters. Name the one header your proxies
 	// write: a header they pass through untouched is the client's to forge.
 	Header string
+	// IPv6PrefixBits, when set (1 to 128), keys IPv6 clients by their
+	// network of that many bits instead of their address: a client is
+	// usually given a whole /64, and could otherwise spend a fresh quota per
+	// address. 64 is the usual choice; the default keys each address.
+	IPv6PrefixBits int
 }
 
 // ClientIP resolves a request's client address. A nil *ClientIP trusts no
@@ -184,6 +189,7 @@ type ClientIP struct {
 	trusted   []netip.Prefix
 	header    string
 	forwarded bool
+	v6bits    int
 }
 
 // maxHops bounds how many proxy hops ClientIP walks through, so that a
@@ -205,6 +211,10 @@ func newClientIP(cfg ClientIPConfig, field string) (*ClientIP, error) {
 		}
 	}
 	c.forwarded = c.header == "Forwarded"
+	if cfg.IPv6PrefixBits < 0 || cfg.IPv6PrefixBits > 128 {
+		return nil, fmt.Errorf("shed: %s.IPv6PrefixBits must be within [0, 128], got %d", field, cfg.IPv6PrefixBits)
+	}
+	c.v6bits = cfg.IPv6PrefixBits
 	for i, s := range cfg.TrustedProxies {
 		s = strings.TrimSpace(s)
 		var p netip.Prefix
@@ -467,11 +477,18 @@ func allDigits(s string) bool {
 }
 
 // Key is a KeyFunc: the client's address as text ("203.0.113.7",
-// "2001:db8::1").
+// "2001:db8::1"), or its IPv6 network ("2001:db8:1:2::/64") when
+// IPv6PrefixBits says so.
 func (c *ClientIP) Key(r *http.Request) (string, error) {
 	a, text, err := c.addr(r)
 	if err != nil {
 		return "", err
+	}
+	if c != nil && c.v6bits > 0 && c.v6bits < 128 && a.Is6() {
+		p, err := a.Prefix(c.v6bits)
+		if err == nil {
+			return p.String(), nil
+		}
 	}
 	// The common case, the peer "1.2.3.4:5678" itself, needs no new string:
 	// netip accepts only canonical dotted quads, so the text that parsed as

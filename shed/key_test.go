@@ -213,3 +213,21 @@ func FuzzClientIP(f *testing.F) {
 		_, _ = shed.KeyCombine(shed.KeyHeader("Forwarded"), shed.KeyClientIP(xff))(r)
 	})
 }
+
+func TestClientIPv6Prefix(t *testing.T) {
+	c, err := shed.NewClientIP(shed.ClientIPConfig{IPv6PrefixBits: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.Key(reqWith("[2001:db8:1:2:aaaa::1]:443"))
+	b, _ := c.Key(reqWith("[2001:db8:1:2:bbbb::9]:443"))
+	if a != "2001:db8:1:2::/64" || a != b {
+		t.Errorf("keys %q and %q, want both 2001:db8:1:2::/64", a, b)
+	}
+	if k, _ := c.Key(reqWith("192.0.2.1:80")); k != "192.0.2.1" {
+		t.Errorf("IPv4 key %q", k)
+	}
+	if _, err := shed.NewClientIP(shed.ClientIPConfig{IPv6PrefixBits: 129}); err == nil || !strings.Contains(err.Error(), "IPv6PrefixBits") {
+		t.Errorf("129 bits: %v", err)
+	}
+}
