@@ -88,7 +88,8 @@ type HTTPConfig struct {
 	// Priority, when set, has the last word on a request's priority: it is
 	// given the request and the priority the context (WithPriority) or the
 	// route annotations gave it. Use it for traffic that is known by its
-	// key, such as test-mode credentials.
+	// key, such as test-mode credentials. (A Default it returns still
+	// yields to a priority in the context, as Prepare has it.)
 	Priority func(r *http.Request, p Priority) Priority
 	// Cost is how many units a request takes (default 1). Values below 1
 	// count as 1.
