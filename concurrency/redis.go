@@ -186,6 +186,7 @@ type redisStats struct {
 // redisLease is what a lease held in Redis points at (Lease.Ref).
 type redisLease struct {
 	owner    *RedisLimiter
+	seq      uint64 // Lease.ID
 	member   string
 	keys     []string
 	cost     int64
@@ -402,7 +403,7 @@ end
 return gone
 `)
 
-// limitOf returns the bound of the set at index i of keys (per key first).
+// which says which limit the set at index i of keys counts (per key first).
 func (r *RedisLimiter) which(keys []string, i int) which {
 	if keys[i] == r.allKey {
 		return allLimit
@@ -435,7 +436,8 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 	if r.allKey != "" {
 		keys, bounds = append(keys, r.allKey), append(bounds, r.limit)
 	}
-	e := &redisLease{owner: r, member: r.instance + ":" + strconv.FormatUint(r.seq.Add(1), 36), keys: keys, cost: cost}
+	seq := r.seq.Add(1)
+	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
 
 	res, err := r.run(ctx, e, bounds)
 	if err != nil {
@@ -531,7 +533,7 @@ func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) (
 	if err != nil {
 		return nil, err
 	}
-	if len(res) < 2 || (res[0] == 0 && len(res) < 3) {
+	if len(res) < 2 || (res[0] == 0 && (len(res) < 3 || res[1] < 1 || res[1] > int64(len(e.keys)))) {
 		return nil, fmt.Errorf("concurrency: unexpected reply from the acquire script: %v", res)
 	}
 	r.down.Store(0)
@@ -577,7 +579,7 @@ func (r *RedisLimiter) lease(e *redisLease, counts []int64) shed.Lease {
 	r.held[e] = struct{}{}
 	r.mu.Unlock()
 	ls := shed.NewLease(r)
-	ls.Ref, ls.Cost = e, e.cost
+	ls.Ref, ls.ID, ls.Cost = e, e.seq, e.cost
 	// Remaining from the tightest set (counts[i+1] is set i after adding).
 	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1}
 	for i, k := range e.keys {
