@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Reproduces the tables of docs/benchmarks.md: starts a throw-away
+# redis-server (scripts/redis.sh, as scripts/test.sh does), runs the bench
+# module's benchmarks -count times with -benchmem, saves the raw output in
+# bench/results/<UTC time>.raw (git-ignored) and prints benchstat summaries,
+# one table per group with the peers side by side. About 8 minutes on
+# 2 cores.
+#
+#   ./scripts/bench.sh                       # everything, -count 6
+#   COUNT=3 ./scripts/bench.sh               # fewer repetitions
+#   ./scripts/bench.sh RateMemory ChainHTTP  # only these groups
+#
+# Groups: RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal,
+# ConcurrencyHTTP, ChainHTTP. Set LOADSHED_REDIS_ADDR to use a running
+# server instead of starting one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+COUNT=${COUNT:-6}
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RedisRate RedisConcurrency)
+
+if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
+  . scripts/redis.sh
+  redis_start bench.sh
+fi
+
+benchstat=$(go env GOPATH)/bin/benchstat
+if ! [ -x "$benchstat" ]; then
+  echo "bench.sh: installing benchstat" >&2
+  (cd / && go install golang.org/x/perf/cmd/benchstat@latest)
+fi
+
+mkdir -p bench/results
+raw="bench/results/$(date -u +%Y%m%dT%H%M%SZ).raw"
+{
+  echo "machine-go: $(go version | awk '{print $3}')"
+  echo "machine-nproc: $(nproc)"
+  echo "machine-cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "machine-redis: $(redis-cli -u "redis://$LOADSHED_REDIS_ADDR" info server | awk -F: '/^redis_version/{print $2}' | tr -d '\r')"
+} > "$raw"
+cat "$raw" >&2
+
+# -benchtime per group: in-memory rows are tens to hundreds of ns and
+# settle in 100ms; Redis rows are round trips and need longer.
+benchtime() {
+  case $1 in
+    Redis*) echo 500ms ;;
+    *) echo 100ms ;;
+  esac
+}
+
+for g in "${groups[@]}"; do
+  echo "bench.sh: Benchmark$g, -count $COUNT, -benchtime $(benchtime "$g")" >&2
+  (cd bench && go test -run '^$' -bench "^Benchmark$g\$" -benchtime "$(benchtime "$g")" \
+    -count "$COUNT" -benchmem -timeout 60m .) | tee -a "$raw" | grep -E '^(FAIL|panic|---)' >&2 || true
+done
+echo "bench.sh: raw output in $raw" >&2
+
+for g in "${groups[@]}"; do
+  echo
+  echo "=== $g ==="
+  "$benchstat" -filter ".name:/^$g\$/" -col /peer "$raw" || true
+done
+
+echo
+echo "=== Markdown (medians), as in docs/benchmarks.md ==="
+(cd bench && go run ./cmd/benchtable "../$raw")
