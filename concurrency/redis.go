@@ -350,13 +350,18 @@ for i, k in ipairs(KEYS) do
   end
   counts[i + 1] = n + cost
 end
-local members = {}
-for j = 1, cost do
-  members[#members + 1] = now + ttl
-  members[#members + 1] = (j == 1) and member or (member .. '#' .. j)
+-- In chunks: unpack has a limit on how many values it spreads.
+for j0 = 1, cost, 1000 do
+  local members = {}
+  for j = j0, math.min(cost, j0 + 999) do
+    members[#members + 1] = now + ttl
+    members[#members + 1] = (j == 1) and member or (member .. '#' .. j)
+  end
+  for _, k in ipairs(KEYS) do
+    redis.call('ZADD', k, unpack(members))
+  end
 end
 for _, k in ipairs(KEYS) do
-  redis.call('ZADD', k, unpack(members))
   if redis.call('PTTL', k) < ttl then
     redis.call('PEXPIRE', k, ttl)
   end
@@ -368,11 +373,15 @@ return counts
 // KEYS: the sets. ARGV: member, cost. Returns how many members it removed.
 var releaseScript = redis.NewScript(`
 local member, cost = ARGV[1], tonumber(ARGV[2])
-local members = {member}
-for j = 2, cost do members[j] = member .. '#' .. j end
 local n = 0
-for _, k in ipairs(KEYS) do
-  n = n + redis.call('ZREM', k, unpack(members))
+for j0 = 1, cost, 1000 do
+  local members = {}
+  for j = j0, math.min(cost, j0 + 999) do
+    members[#members + 1] = (j == 1) and member or (member .. '#' .. j)
+  end
+  for _, k in ipairs(KEYS) do
+    n = n + redis.call('ZREM', k, unpack(members))
+  end
 end
 return n
 `)
@@ -428,6 +437,16 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 		// This request probes Redis; the others stay local until it answers.
 	}
 	cost := req.Units()
+	if over := r.neverFits(cost); over != none {
+		// It can never fit, and its members would only burden Redis. Dry
+		// run admits it with nothing held.
+		if r.enf.DryRun {
+			ls := shed.NewLease(r)
+			ls.Cost, ls.DryRun = cost, true
+			return ls, nil
+		}
+		return shed.Lease{}, r.rejection(req, over, 0)
+	}
 	keys := make([]string, 0, 2)
 	bounds := make([]int64, 0, 2)
 	if k := r.KeyFor(req); k != "" {
@@ -494,6 +513,18 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 		}
 	}
 	return shed.Lease{}, r.rejection(req, over, n)
+}
+
+// neverFits says which limit a request of this cost exceeds even at its
+// ceiling, if any.
+func (r *RedisLimiter) neverFits(cost int64) which {
+	switch {
+	case r.perKey > 0 && cost > r.enf.Ceiling(r.perKey):
+		return keyLimit
+	case r.limit > 0 && cost > r.enf.Ceiling(r.limit):
+		return allLimit
+	}
+	return none
 }
 
 // keyEpisode returns the soft-mode overage episode of req's key. It lives in

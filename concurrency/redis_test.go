@@ -579,3 +579,39 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 		t.Fatalf("a new overage episode: %v over=%v", err, ls.Over)
 	}
 }
+
+func TestRedisLargeCosts(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 3000}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	big, err := r.Acquire(ctx, shed.Request{Cost: 2500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 2500 {
+		t.Fatalf("set holds %d members, want 2500", n)
+	}
+	if _, err := r.Acquire(ctx, shed.Request{Cost: 501}); err == nil {
+		t.Fatal("2500 + 501 > 3000 admitted")
+	}
+	// More than the limit can ever hold: rejected without touching Redis.
+	_, err = r.Acquire(ctx, shed.Request{Cost: 1 << 40})
+	if rej := rejection(t, err); rej.Status != http.StatusServiceUnavailable {
+		t.Fatalf("%+v", rej)
+	}
+	big.Release(shed.Completed)
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d", n)
+	}
+
+	dry := mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{DryRun: true}}, Client: c,
+		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	ls, err := dry.Acquire(ctx, shed.Request{Cost: 1 << 40})
+	if err != nil || !ls.DryRun {
+		t.Fatalf("dry run: %v DryRun=%v", err, ls.DryRun)
+	}
+	ls.Release(shed.Completed)
+	if n := zcard(t, c, dry.OverallKey()); n != 0 {
+		t.Fatalf("set holds %d", n)
+	}
+}
