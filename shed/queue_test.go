@@ -28,6 +28,7 @@ type pool struct {
 	holding  atomic.Int64 // callers that own a slot right now
 	maxHold  atomic.Int64
 	giveBack atomic.Int64
+	inTake   atomic.Bool // a take is running: takes for one queue must never overlap
 }
 
 func newPool(t testing.TB, size, free int64) *pool {
@@ -37,6 +38,10 @@ func newPool(t testing.TB, size, free int64) *pool {
 }
 
 func (p *pool) take() bool {
+	if !p.inTake.CompareAndSwap(false, true) {
+		p.t.Errorf("two takes ran at once")
+	}
+	defer p.inTake.Store(false)
 	for {
 		f := p.free.Load()
 		if f <= 0 {
@@ -302,6 +307,39 @@ func TestWaitNewcomerDoesNotBarge(t *testing.T) {
 	}
 	if q.Len() != 0 || clock.Pending() != 0 {
 		t.Fatalf("len %d, timers %d after all were served", q.Len(), clock.Pending())
+	}
+}
+
+// TestWaitLeavingHeadUnblocksThoseBehind: a waiter first in line whose
+// take fails (a costly request) holds up those behind it; when it times out
+// or is cancelled, the queue must serve them at once, without waiting for
+// the next Notify.
+func TestWaitLeavingHeadUnblocksThoseBehind(t *testing.T) {
+	for _, how := range []string{"timeout", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			clock := shedtest.NewClock(t0)
+			q := newQueue(t, shed.QueueConfig{MaxLength: 10, MaxWait: time.Second, Clock: clock})
+			out := make(chan result, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			never := func() bool { return false }
+			waitAsync(t, q, ctx, "big", shed.Critical, t0.Add(100*time.Millisecond), never, nil, out)
+			waitAsync(t, q, context.Background(), "small", shed.Default, time.Time{}, func() bool { return true }, nil, out)
+			noResult(t, out)
+			if how == "timeout" {
+				clock.Advance(100 * time.Millisecond)
+			} else {
+				cancel()
+			}
+			got := map[string]error{}
+			for i := 0; i < 2; i++ {
+				r := recv(t, out)
+				got[r.name] = r.err
+			}
+			if got["big"] == nil || got["small"] != nil {
+				t.Fatalf("big: %v, small: %v; want big gone and small served", got["big"], got["small"])
+			}
+		})
 	}
 }
 
