@@ -263,7 +263,7 @@ func TestRedisFallbackStalledAndBack(t *testing.T) {
 func TestRedisFallbackServerErrorIsNotOutage(t *testing.T) {
 	c, cmds := countedClient(t)
 	clk := shedtest.NewClock(contractStart)
-	r := fixedRedis(t, c, clk, TokenBucket, PerSecond(5), RedisConfig{})
+	r := fixedRedis(t, c, clk, TokenBucket, PerSecond(5), RedisConfig{OnFallback: func(error) {}})
 	if err := c.Set(bg, r.RedisKey("clobbered"), "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestRedisFallbackPausedServer(t *testing.T) {
 func TestRedisFallbackCallerCancelled(t *testing.T) {
 	c, cmds := countedClient(t)
 	clk := shedtest.NewClock(contractStart)
-	r := fixedRedis(t, c, clk, TokenBucket, PerSecond(5), RedisConfig{})
+	r := fixedRedis(t, c, clk, TokenBucket, PerSecond(5), RedisConfig{OnFallback: func(error) {}})
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
 	if _, fb, err := r.Decide(ctx, "k", 1); err != nil || !fb {

@@ -203,7 +203,7 @@ func TestRedisServerTime(t *testing.T) {
 	for _, alg := range allAlgs {
 		t.Run(alg.String(), func(t *testing.T) {
 			clk := shedtest.NewClock(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
-			r, err := NewRedis(c, alg, PerHour(3), RedisConfig{Prefix: testPrefix(t), Clock: clk, OverLimitKeys: -1})
+			r, err := NewRedis(c, alg, PerHour(3), RedisConfig{Prefix: testPrefix(t), Clock: clk, OverLimitKeys: -1, Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,13 +32,22 @@ func testPrefix(t testing.TB) string {
 }
 
 // fixedRedis returns a Redis store reading time from clk instead of the
-// server's TIME, so step tables run at fixed instants. Keys are padded with
+// server's TIME, so step tables run at fixed instants. Unless cfg says
+// otherwise, a decision taken by the fallback fails the test. Keys are padded with
 // a minute of TTL, so that real time passing while the test runs never
 // expires state the fixed clock still needs.
 func fixedRedis(t testing.TB, c redis.UniversalClient, clk *shedtest.Clock, alg Algorithm, limit Limit, cfg RedisConfig) *Redis {
 	t.Helper()
 	if cfg.Prefix == "" {
 		cfg.Prefix = testPrefix(t)
+	}
+	// A loaded, race-instrumented machine can miss the 50ms default, and a
+	// fallback decision would then pass for Redis' own.
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.OnFallback == nil {
+		cfg.OnFallback = func(err error) { t.Errorf("Redis did not decide: %v", err) }
 	}
 	cfg.Clock = clk
 	r, err := NewRedis(c, alg, limit, cfg)
