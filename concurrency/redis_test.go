@@ -615,3 +615,42 @@ func TestRedisLargeCosts(t *testing.T) {
 		t.Fatalf("set holds %d", n)
 	}
 }
+
+// TestRedisLostLease: a lease whose renewals stopped for longer than the
+// TTL is gone; the next renewal finds it gone, stops renewing it and counts
+// it, and its release is harmless.
+func TestRedisLostLease(t *testing.T) {
+	clock := shedtest.NewClock(t0) // the renewer only ticks when told
+	c := newClient(t)
+	ctx := context.Background()
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
+		ExpectedInstances: 1, TTL: 50 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
+	ls, err := r.Acquire(ctx, shed.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := c.ZScore(ctx, r.OverallKey(), ls.Ref.(*redisLease).member).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for float64(redisTimeMs(t, c)) <= score {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis time did not pass the lease's expiry")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := r.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lost() != 1 || r.Held() != 0 {
+		t.Fatalf("lost %d, held %d; want 1, 0", r.Lost(), r.Held())
+	}
+	ls.Release(shed.Completed)
+	if _, err := r.Acquire(ctx, shed.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 1 {
+		t.Fatalf("set holds %d, want 1", n)
+	}
+}
