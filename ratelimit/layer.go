@@ -1,0 +1,367 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// LayerName is the name every rate-limit layer reports.
+const LayerName = "ratelimit"
+
+// MaxRules is the most rules one layer holds.
+const MaxRules = 8
+
+// LayerConfig configures a Layer.
+type LayerConfig struct {
+	// Rules are the limits, checked in order. Required, 1 to MaxRules.
+	Rules []Rule
+	// Enforcement is the mode (hard, soft, elastic), dry run and action
+	// (reject with 429, or queue) for every rule. The zero value is hard,
+	// rejecting.
+	Enforcement shed.Enforcement
+	// Clock reads time for soft episodes and arms the wake-ups of queued
+	// requests (default shed.SystemClock). Enforcement.Queue.Clock, when
+	// nil, gets it too.
+	Clock shed.Clock
+	// OnError, when set, is told of every Limiter error other than a cost
+	// that can never be admitted (a Redis store that did not answer, say).
+	// The request is admitted all the same, with Lease.Fallback set. It is
+	// called on the request's goroutine and must be quick.
+	OnError func(rule string, err error)
+	// MaxKeys bounds the per-key state the layer keeps itself: soft-mode
+	// overage episodes and per-key wait queues (default 65536). Past it, the
+	// oldest episodes are forgotten and new keys cannot queue.
+	MaxKeys int
+}
+
+// Layer is the request-rate layer: a shed.Layer that checks every rule that
+// applies to a request and admits it only if all of them do.
+//
+// A request denied by one rule is not charged by the others: the units
+// already taken are refunded before the layer answers. A lease released
+// with shed.Unused (a later layer rejected the request, so it never ran)
+// refunds its units too; any other outcome keeps them.
+//
+// When a Limiter fails (a Redis store that is down and has no fallback),
+// the layer does not turn it into an error: the rule is skipped, the
+// request is admitted with Lease.Fallback set (so the chain's observer
+// records a fallback event) and LayerConfig.OnError is told.
+//
+// With the queue action, a request over its limit waits in a queue of its
+// own key (the first rule key it was denied on), highest priority first,
+// and is woken when its RetryAfter has passed or units are refunded. With
+// a LeakyBucket this shapes a key's traffic to the limit's constant rate
+// once the burst is spent (set Burst to 1 for strict spacing).
+type Layer struct {
+	rules []*compiledRule
+	enf   shed.Enforcement
+	clock shed.Clock
+	onErr func(string, error)
+
+	episodes episodes
+	queues   *queues
+	tickets  sync.Pool
+}
+
+var _ shed.Layer = (*Layer)(nil)
+var _ shed.Releaser = (*Layer)(nil)
+
+// NewLayer checks cfg and builds the layer.
+func NewLayer(cfg LayerConfig) (*Layer, error) {
+	var errs []error
+	if n := len(cfg.Rules); n == 0 || n > MaxRules {
+		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules must have 1 to %d rules, got %d", MaxRules, n))
+	}
+	if err := cfg.Enforcement.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Enforcement: %w", err))
+	}
+	if cfg.MaxKeys < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys))
+	}
+	l := &Layer{enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
+	maxKeys := cfg.MaxKeys
+	if maxKeys == 0 {
+		maxKeys = 1 << 16
+	}
+	names := map[string]bool{}
+	for i, r := range cfg.Rules {
+		c, err := compileRule(i, r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if names[r.Name] {
+			errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules[%d].Name %q is used twice", i, r.Name))
+		}
+		names[r.Name] = true
+		l.rules = append(l.rules, c)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for _, c := range l.rules {
+		c.bare = len(c.Descriptors) == 1 && l.owns(c)
+		if c.Overage == nil && l.enf.Mode != shed.Hard {
+			o, err := overageFor(c, &l.enf, l.clock)
+			if err != nil {
+				return nil, fmt.Errorf("ratelimit: rule %q: building its overage limiter: %w", c.Name, err)
+			}
+			c.Overage = o
+		}
+	}
+	l.episodes.init(maxKeys)
+	if l.enf.Action == shed.Queue {
+		qc := l.enf.Queue
+		if qc.Clock == nil {
+			qc.Clock = l.clock
+		}
+		l.queues = &queues{cfg: qc, maxKeys: maxKeys, m: map[string]*keyQueue{}}
+	}
+	l.tickets.New = func() any { return new(ticket) }
+	return l, nil
+}
+
+// owns reports whether c is the only rule of the layer using its limiter.
+// Limiters of types that cannot be compared count as shared.
+func (l *Layer) owns(c *compiledRule) bool {
+	if !reflect.TypeOf(c.Limiter).Comparable() {
+		return false
+	}
+	for _, o := range l.rules {
+		if o != c && reflect.TypeOf(o.Limiter) == reflect.TypeOf(c.Limiter) && o.Limiter == c.Limiter {
+			return false
+		}
+	}
+	return true
+}
+
+// overageFor builds the in-memory limiter of c's overage: Ceiling − limit
+// units per Period, the burst scaled alike.
+func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory, error) {
+	lim := c.limit
+	extra := func(n int64) int64 { return e.Ceiling(n) - n }
+	o := Limit{Quantity: extra(lim.Quantity), Period: lim.Period}
+	if lim.Burst > 0 {
+		o.Burst = extra(lim.Burst)
+	}
+	return NewMemory(c.Limiter.Algorithm(), o, MemoryConfig{Clock: clock})
+}
+
+// Name returns "ratelimit".
+func (l *Layer) Name() string { return LayerName }
+
+// Close stops the sweepers of the overage limiters the layer built. The
+// rules' own limiters are the caller's to close.
+func (l *Layer) Close() error {
+	for _, c := range l.rules {
+		if c.Rule.Overage != c.Overage {
+			continue
+		}
+		if m, ok := c.Overage.(*Memory); ok && m != nil {
+			m.Close()
+		}
+	}
+	return nil
+}
+
+// taken is what one rule took for a request.
+type taken struct {
+	rule    int8
+	overage bool // from the rule's Overage, not its Limiter
+	key     string
+}
+
+// ticket is what a lease holds: the units to refund if it is released
+// Unused. Tickets are pooled; gen guards a pooled ticket against a second
+// release through a copy of its lease.
+type ticket struct {
+	gen   atomic.Uint64
+	cost  int64
+	n     int
+	taken [MaxRules]taken
+}
+
+// attempt is one pass over the rules for a request.
+type attempt struct {
+	t          *ticket
+	cost       int64
+	overLimit  bool // some rule admitted it only from its overage
+	overCeil   bool // some rule denied it outright
+	never      bool // its cost can never be admitted
+	fallback   bool
+	tight      shed.Quota // the admitting rule closest to exhaustion
+	denied     shed.Quota // the rule that denied it
+	retry      time.Duration
+	overKey    string // the first rule key over its limit (soft episodes, queues)
+	deniedRule int
+}
+
+// try runs every rule that applies to req, taking cost units from each
+// until one denies. It takes from a rule's Overage only when overage may be
+// used (Soft or Elastic).
+func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
+	t := a.t
+	t.n = 0
+	t.cost = a.cost
+	a.overLimit, a.overCeil, a.never, a.fallback = false, false, false, false
+	a.tight, a.denied, a.retry, a.overKey, a.deniedRule = shed.Quota{}, shed.Quota{}, 0, "", -1
+	for i, c := range l.rules {
+		key, ok := c.key(ctx, req)
+		if !ok {
+			continue
+		}
+		r, err := c.Limiter.Allow(ctx, key, a.cost)
+		if err != nil {
+			if errors.Is(err, ErrCostAboveBurst) {
+				a.never, a.overCeil, a.deniedRule = true, true, i
+				a.denied = quotaOf(c, Result{Limit: c.limit.Quantity})
+				return
+			}
+			a.fallback = true
+			if l.onErr != nil {
+				l.onErr(c.Name, err)
+			}
+			continue
+		}
+		if r.Allowed {
+			t.taken[t.n] = taken{rule: int8(i), key: key}
+			t.n++
+			if q := quotaOf(c, r); a.tight.IsZero() || q.Remaining < a.tight.Remaining {
+				a.tight = q
+			}
+			continue
+		}
+		if a.overKey == "" {
+			a.overKey, a.retry = key, r.RetryAfter
+		}
+		if c.Overage != nil && l.enf.Mode != shed.Hard {
+			o, err := c.Overage.Allow(ctx, key, a.cost)
+			if err == nil && o.Allowed {
+				t.taken[t.n] = taken{rule: int8(i), overage: true, key: key}
+				t.n++
+				a.overLimit = true
+				if q := quotaOf(c, r); a.tight.IsZero() || q.Remaining < a.tight.Remaining {
+					a.tight = q
+				}
+				continue
+			}
+		}
+		a.overCeil, a.deniedRule, a.denied, a.retry = true, i, quotaOf(c, r), r.RetryAfter
+		return
+	}
+}
+
+func quotaOf(c *compiledRule, r Result) shed.Quota {
+	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: r.ResetAfter}
+}
+
+// refund gives back everything t holds. notify wakes the keys' waiters:
+// only for units a request held (a lease released Unused); units of an
+// attempt that failed were free before it and free nobody.
+func (l *Layer) refund(t *ticket, notify bool) {
+	for i := 0; i < t.n; i++ {
+		tk := &t.taken[i]
+		c := l.rules[tk.rule]
+		lim := c.Limiter
+		if tk.overage {
+			lim = c.Overage
+		}
+		if err := lim.Refund(context.Background(), tk.key, t.cost); err != nil && l.onErr != nil {
+			l.onErr(c.Name, err)
+		}
+		if notify && l.queues != nil {
+			l.queues.notify(tk.key)
+		}
+	}
+	t.n = 0
+}
+
+// verdict applies the enforcement to an attempt.
+func (l *Layer) verdict(a *attempt) shed.Verdict {
+	if a.never {
+		if l.enf.DryRun {
+			return shed.AdmitDryRun
+		}
+		return shed.Deny
+	}
+	within := !a.overLimit && !a.overCeil
+	var ep *shed.Episode
+	if l.enf.Mode == shed.Soft {
+		if within {
+			l.episodes.endAll(l, a.t)
+		} else if !a.overCeil {
+			ep = l.episodes.get(a.overKey, l.clock.Now().UnixNano())
+		}
+	}
+	return l.enf.Decide(l.clock.Now(), within, !a.overCeil, ep)
+}
+
+// Acquire checks req against every rule that applies to it.
+func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+	t := l.tickets.Get().(*ticket)
+	a := attempt{t: t, cost: req.Units()}
+	l.try(ctx, &req, &a)
+	v := l.verdict(&a)
+	var waited time.Duration
+	switch v {
+	case shed.Deny:
+		l.refund(t, false)
+		l.recycle(t)
+		return shed.Lease{}, l.rejection(&req, &a, "rate limit exceeded")
+	case shed.Wait:
+		l.refund(t, false)
+		var err error
+		waited, err = l.wait(ctx, &req, &a)
+		if err != nil {
+			l.recycle(t)
+			return shed.Lease{}, err
+		}
+	}
+	lease := shed.NewLease(l)
+	lease.Ref = t
+	lease.ID = t.gen.Load()
+	lease.Cost = a.cost
+	lease.Quota = a.tight
+	lease.Waited = waited
+	lease.Over = v == shed.AdmitOver
+	lease.DryRun = v == shed.AdmitDryRun
+	lease.Fallback = a.fallback
+	return lease, nil
+}
+
+func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Rejection {
+	if a.never {
+		reason = "request cost exceeds the rate limit"
+	}
+	rj := shed.Throttled(LayerName, *req, reason, a.retry, a.denied)
+	rj.Fallback = a.fallback
+	return rj
+}
+
+// recycle pools t once nothing refers to its units any more.
+func (l *Layer) recycle(t *ticket) {
+	for i := range t.taken[:t.n] {
+		t.taken[i].key = "" // let the keys go
+	}
+	t.n = 0
+	l.tickets.Put(t)
+}
+
+// Release refunds the lease's units when the request never ran (Unused).
+func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
+	t, ok := lease.Ref.(*ticket)
+	if !ok || !t.gen.CompareAndSwap(lease.ID, lease.ID+1) {
+		return // not ours, or released already through a copy
+	}
+	if o == shed.Unused {
+		l.refund(t, true)
+	}
+	l.recycle(t)
+}

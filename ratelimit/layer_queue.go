@@ -1,0 +1,223 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// queues holds one shed.WaitQueue per key with requests waiting, so that a
+// key over its limit never holds up another key's waiters; priority orders
+// the waiters of one key. Enforcement.Queue.MaxLength bounds the waiters of
+// the whole layer, not of each key.
+type queues struct {
+	cfg     shed.QueueConfig
+	maxKeys int
+	waiting atomic.Int64
+
+	mu sync.Mutex
+	m  map[string]*keyQueue
+}
+
+type keyQueue struct {
+	q     *shed.WaitQueue
+	users int
+}
+
+func (qs *queues) enter(key string) (*keyQueue, error) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	kq := qs.m[key]
+	if kq == nil {
+		if len(qs.m) >= qs.maxKeys {
+			return nil, shed.ErrQueueFull
+		}
+		q, err := shed.NewWaitQueue(qs.cfg)
+		if err != nil {
+			return nil, err
+		}
+		kq = &keyQueue{q: q}
+		qs.m[key] = kq
+	}
+	kq.users++
+	return kq, nil
+}
+
+func (qs *queues) leave(key string, kq *keyQueue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if kq.users--; kq.users == 0 {
+		delete(qs.m, key)
+	}
+}
+
+// notify wakes key's waiters, if any: units were refunded.
+func (qs *queues) notify(key string) {
+	if qs.waiting.Load() == 0 {
+		return
+	}
+	qs.mu.Lock()
+	kq := qs.m[key]
+	qs.mu.Unlock()
+	if kq != nil {
+		kq.q.Notify()
+	}
+}
+
+// sleeper wakes a queue when a waiter's RetryAfter has passed: a rate
+// limiter's capacity comes back with time, not only with releases.
+type sleeper struct {
+	mu    sync.Mutex
+	retry time.Duration
+	done  bool
+	timer shed.Timer
+}
+
+func (s *sleeper) arm(clock shed.Clock, q *shed.WaitQueue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	d := s.retry
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	s.timer = clock.AfterFunc(d, func() {
+		q.Notify()
+		s.arm(clock, q)
+	})
+}
+
+func (s *sleeper) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+// wait queues a request denied by a.deniedRule until every rule admits it,
+// the queue's bounds or its deadline pass, or ctx ends. On success a.t holds
+// the units taken.
+func (l *Layer) wait(ctx context.Context, req *shed.Request, a *attempt) (time.Duration, error) {
+	qs := l.queues
+	key := a.overKey
+	first := *a
+	if qs.waiting.Add(1) > int64(qs.cfg.MaxLength) {
+		qs.waiting.Add(-1)
+		return 0, l.queueRejection(req, &first, shed.ErrQueueFull, 0)
+	}
+	defer qs.waiting.Add(-1)
+	kq, err := qs.enter(key)
+	if err != nil {
+		return 0, l.queueRejection(req, &first, err, 0)
+	}
+	defer qs.leave(key, kq)
+
+	s := &sleeper{retry: a.retry}
+	take := func() bool {
+		l.try(ctx, req, a)
+		switch l.verdict(a) {
+		case shed.Admit, shed.AdmitOver:
+			return true
+		}
+		l.refund(a.t, false)
+		s.mu.Lock()
+		s.retry = a.retry
+		s.mu.Unlock()
+		return false
+	}
+	s.arm(l.clock, kq.q)
+	waited, err := kq.q.Wait(ctx, req.Priority, req.Deadline, take, func() { l.refund(a.t, false) })
+	s.stop()
+	if err != nil {
+		return waited, l.queueRejection(req, &first, err, waited)
+	}
+	return waited, nil
+}
+
+func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
+	err = shed.QueueRejection(LayerName, *req, http.StatusTooManyRequests, err, waited)
+	var rj *shed.Rejection
+	if errors.As(err, &rj) {
+		rj.RetryAfter = a.retry
+		rj.Policies = []shed.Quota{a.denied}
+		rj.Fallback = a.fallback
+	}
+	return err
+}
+
+// episodes keeps a soft-mode overage episode per key, so that one client's
+// overage is bounded in time by its own history, not by other clients'.
+type episodes struct {
+	n       atomic.Int64
+	maxKeys int
+	mu      sync.RWMutex
+	m       map[string]*episode
+}
+
+type episode struct {
+	shed.Episode
+	seen atomic.Int64 // Unix ns of the last overage
+}
+
+func (e *episodes) init(maxKeys int) {
+	e.maxKeys = maxKeys
+	e.m = map[string]*episode{}
+}
+
+func (e *episodes) get(key string, now int64) *shed.Episode {
+	e.mu.RLock()
+	ep := e.m[key]
+	e.mu.RUnlock()
+	if ep == nil {
+		e.mu.Lock()
+		if ep = e.m[key]; ep == nil {
+			if len(e.m) >= e.maxKeys {
+				e.evictOldest()
+			}
+			ep = &episode{}
+			e.m[key] = ep
+			e.n.Store(int64(len(e.m)))
+		}
+		e.mu.Unlock()
+	}
+	ep.seen.Store(now)
+	return &ep.Episode
+}
+
+// evictOldest drops the episode least recently over its limit; mu is held.
+func (e *episodes) evictOldest() {
+	var oldest string
+	at := int64(0)
+	for k, ep := range e.m {
+		if s := ep.seen.Load(); oldest == "" || s < at {
+			oldest, at = k, s
+		}
+	}
+	delete(e.m, oldest)
+}
+
+// endAll closes the episodes of the keys t was admitted on within their
+// limits: those clients are back under them. Cheap while no key is over.
+func (e *episodes) endAll(l *Layer, t *ticket) {
+	if e.n.Load() == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := 0; i < t.n; i++ {
+		k := t.taken[i].key
+		if _, ok := e.m[k]; ok {
+			delete(e.m, k)
+		}
+	}
+	e.n.Store(int64(len(e.m)))
+}

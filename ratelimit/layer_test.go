@@ -1,0 +1,473 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+func mem(t testing.TB, clk shed.Clock, alg Algorithm, l Limit) *Memory {
+	t.Helper()
+	m, err := NewMemory(alg, l, MemoryConfig{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func newTestLayer(t testing.TB, cfg LayerConfig) *Layer {
+	t.Helper()
+	l, err := NewLayer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func rejection(t *testing.T, err error) *shed.Rejection {
+	t.Helper()
+	var rj *shed.Rejection
+	if !errors.As(err, &rj) {
+		t.Fatalf("error %v, want a *shed.Rejection", err)
+	}
+	return rj
+}
+
+type ipKey struct{}
+
+var byIP = By("ip", func(ctx context.Context, _ shed.Request) string {
+	ip, _ := ctx.Value(ipKey{}).(string)
+	return ip
+})
+
+func TestLayerRejectsWith429AndPolicies(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(2))},
+	}})
+	ctx := context.Background()
+	req := shed.Request{Key: "alice", Cost: 1}
+	for i := 0; i < 2; i++ {
+		lease, err := l.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := shed.Quota{Policy: "per-key", Limit: 2, Window: time.Minute, Remaining: int64(1 - i), Reset: time.Minute}
+		if lease.Quota != want {
+			t.Fatalf("lease %d quota %+v, want %+v", i, lease.Quota, want)
+		}
+		lease.Release(shed.Completed)
+	}
+	clk.Advance(15 * time.Second)
+	_, err := l.Acquire(ctx, req)
+	rj := rejection(t, err)
+	want := shed.Quota{Policy: "per-key", Limit: 2, Window: time.Minute, Remaining: 0, Reset: 45 * time.Second}
+	if rj.Status != http.StatusTooManyRequests || rj.RetryAfter != 45*time.Second || len(rj.Policies) != 1 || rj.Policies[0] != want || rj.Layer != "ratelimit" {
+		t.Fatalf("rejection %+v", rj)
+	}
+	// another key is not affected
+	if _, err := l.Acquire(ctx, shed.Request{Key: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	perIP := mem(t, clk, TokenBucket, PerMinute(10))
+	perUser := mem(t, clk, TokenBucket, PerMinute(1))
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+		{Name: "per-ip", Descriptors: []Descriptor{byIP}, Limiter: perIP},
+		{Name: "per-user", Descriptors: []Descriptor{ByKey}, Limiter: perUser},
+	}})
+	ctx := context.WithValue(context.Background(), ipKey{}, "10.0.0.1")
+	lease, err := l.Acquire(ctx, shed.Request{Key: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Quota.Policy != "per-user" || lease.Quota.Remaining != 0 {
+		t.Fatalf("lease quota %+v, want the tightest rule (per-user, 0 left)", lease.Quota)
+	}
+	lease.Release(shed.Completed)
+	for i := 0; i < 5; i++ {
+		_, err := l.Acquire(ctx, shed.Request{Key: "u1"})
+		if rj := rejection(t, err); rj.Policies[0].Policy != "per-user" {
+			t.Fatalf("rejected by %+v, want per-user", rj.Policies)
+		}
+	}
+	// per-ip paid for one request only: 9 units are left of 10
+	if r, _ := perIP.Allow(context.Background(), "10.0.0.1", 9); !r.Allowed {
+		t.Fatalf("per-ip charged for rejected requests: %+v", r)
+	}
+	// a request with no value for a descriptor is not counted by that rule
+	if _, err := l.Acquire(context.Background(), shed.Request{Key: "u2"}); err != nil {
+		t.Fatalf("request without an IP: %v", err)
+	}
+}
+
+func TestLayerReleaseUnusedRefunds(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	lim := mem(t, clk, SlidingLog, PerMinute(1))
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: lim}}})
+	ctx := context.Background()
+	req := shed.Request{Key: "a"}
+	lease, err := l.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := lease
+	lease.Release(shed.Unused)
+	copied.Release(shed.Unused) // a copy's release must not refund twice
+	lease, err = l.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("after an Unused release: %v", err)
+	}
+	lease.Release(shed.Completed)
+	if _, err := l.Acquire(ctx, req); err == nil {
+		t.Fatal("a Completed release refunded its unit, or a copy refunded twice")
+	}
+	lease.Release(shed.Unused) // released already: no effect
+	if _, err := l.Acquire(ctx, req); err == nil {
+		t.Fatal("second release of one lease refunded")
+	}
+}
+
+func TestLayerDescriptorsAndDomains(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	shared := mem(t, clk, FixedWindow, PerMinute(1))
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+		// both rules share one limiter: their keys must not meet
+		{Name: "charges", Domain: "api", Descriptors: []Descriptor{RouteIs("POST /charges"), ByKey}, Limiter: shared},
+		{Name: "routes", Domain: "api", Descriptors: []Descriptor{ByRoute}, Limiter: shared},
+	}})
+	ctx := context.Background()
+	ok := func(req shed.Request) {
+		t.Helper()
+		lease, err := l.Acquire(ctx, req)
+		if err != nil {
+			t.Fatalf("%+v: %v", req, err)
+		}
+		lease.Release(shed.Completed)
+	}
+	ok(shed.Request{Key: "a", Route: "POST /charges"})
+	// per-route limit: any key on this route is now over
+	if _, err := l.Acquire(ctx, shed.Request{Key: "b", Route: "POST /charges"}); err == nil {
+		t.Fatal("per-route limit not applied")
+	}
+	// other routes are counted apart, and not by the charges rule
+	ok(shed.Request{Key: "a", Route: "GET /charges"})
+	ok(shed.Request{Key: "a", Route: "GET /x"})
+	_, err := l.Acquire(ctx, shed.Request{Key: "a", Route: "GET /x"})
+	if rj := rejection(t, err); rj.Policies[0].Policy != "routes" {
+		t.Fatalf("rejected by %v", rj.Policies)
+	}
+}
+
+func TestLayerDryRunNeverRejects(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(2))},
+	}})
+	dry := 0
+	for i := 0; i < 10; i++ {
+		lease, err := l.Acquire(context.Background(), shed.Request{Key: "a", Cost: int64(1 + i%4)})
+		if err != nil {
+			t.Fatalf("dry run rejected: %v", err)
+		}
+		if lease.DryRun {
+			dry++
+		}
+	}
+	// costs 1,2,3,4,1,2,3,4,1,2 against a burst of 2: the two requests of
+	// cost 1 fit, the others would have been rejected
+	if dry != 8 {
+		t.Fatalf("%d leases marked DryRun, want 8", dry)
+	}
+}
+
+func TestLayerCostAboveBurst(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(2))},
+	}})
+	_, err := l.Acquire(context.Background(), shed.Request{Key: "a", Cost: 3})
+	if rj := rejection(t, err); rj.Status != 429 || rj.Reason != "request cost exceeds the rate limit" || rj.RetryAfter != 0 {
+		t.Fatalf("rejection %+v", rj)
+	}
+}
+
+func TestLayerSoftAllowsBoundedOverage(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.2, OverageFor: 10 * time.Second},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(10))}}})
+	ctx := context.Background()
+	over := 0
+	for i := 0; i < 12; i++ {
+		lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if lease.Over {
+			over++
+		}
+	}
+	if over != 2 {
+		t.Fatalf("%d requests over the limit, want 2 (20%% of 10)", over)
+	}
+	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err == nil {
+		t.Fatal("admitted beyond the ceiling")
+	}
+	// next window: the overage lasts at most OverageFor since it began
+	clk.Advance(time.Minute)
+	for i := 0; i < 10; i++ {
+		l.Acquire(ctx, shed.Request{Key: "b"})
+	}
+	lease, err := l.Acquire(ctx, shed.Request{Key: "b"})
+	if err != nil || !lease.Over {
+		t.Fatalf("key b's first overage: %+v %v", lease, err)
+	}
+	clk.Advance(11 * time.Second)
+	if _, err := l.Acquire(ctx, shed.Request{Key: "b"}); err == nil {
+		t.Fatal("overage went on past OverageFor")
+	}
+	// key a's episode is its own: it starts now
+	for i := 0; i < 10; i++ {
+		l.Acquire(ctx, shed.Request{Key: "a"})
+	}
+	if lease, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil || !lease.Over {
+		t.Fatalf("key a held to key b's episode: %+v %v", lease, err)
+	}
+}
+
+func TestLayerElasticFollowsHeadroom(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	var headroom atomic.Value
+	headroom.Store(0.9)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Mode: shed.Elastic, Overage: 0.5, Headroom: shed.HeadroomFunc(func() float64 { return headroom.Load().(float64) })},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, SlidingWindow, PerMinute(4))}}})
+	ctx := context.Background()
+	for i := 0; i < 4; i++ {
+		l.Acquire(ctx, shed.Request{Key: "a"})
+	}
+	lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
+	if err != nil || !lease.Over {
+		t.Fatalf("with headroom: %+v %v", lease, err)
+	}
+	headroom.Store(0.1)
+	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err == nil {
+		t.Fatal("admitted over the limit without headroom")
+	}
+	headroom.Store(0.9)
+	if lease, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil || !lease.Over {
+		t.Fatalf("headroom back: %+v %v (the denied request must have given its overage unit back)", lease, err)
+	}
+	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err == nil {
+		t.Fatal("admitted beyond the ceiling of 6")
+	}
+}
+
+// failing is a Limiter whose store is down.
+type failing struct{ Limiter }
+
+func (failing) Allow(context.Context, string, int64) (Result, error) {
+	return Result{}, errors.New("redis: connection refused")
+}
+
+func TestLayerLimiterErrorAdmitsWithFallback(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	var errs []string
+	var mu sync.Mutex
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		OnError: func(rule string, err error) { mu.Lock(); errs = append(errs, rule+": "+err.Error()); mu.Unlock() },
+		Rules: []Rule{{Name: "shared", Descriptors: []Descriptor{ByKey},
+			Limiter: &failing{mem(t, clk, TokenBucket, PerSecond(1))}}}})
+	var events []shed.Event
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}, Clock: clk,
+		Observer: shed.ObserverFunc(func(e shed.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		var g shed.Grant
+		if err := chain.Acquire(context.Background(), shed.Request{Key: "a"}, &g); err != nil {
+			t.Fatalf("a limiter error became %v", err)
+		}
+		if !g.Leases()[0].Fallback {
+			t.Fatal("Lease.Fallback not set")
+		}
+		g.Release(shed.Completed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 3 || errs[0] != "shared: redis: connection refused" {
+		t.Fatalf("OnError got %q", errs)
+	}
+	if events[0].Kind != shed.Admitted || !events[0].Fallback {
+		t.Fatalf("event %+v, want an admission flagged Fallback", events[0])
+	}
+}
+
+// queued counts the requests waiting in l's queues. A waiter counts once
+// its queue holds it, and so once its MaxWait timer is armed.
+func queued(l *Layer) int {
+	l.queues.mu.Lock()
+	defer l.queues.mu.Unlock()
+	n := 0
+	for _, kq := range l.queues.m {
+		n += kq.q.Len()
+	}
+	return n
+}
+
+// waitQueued waits until n requests are queued in l.
+func waitQueued(t *testing.T, l *Layer, n int) {
+	t.Helper()
+	for i := 0; queued(l) != n; i++ {
+		if i > 1e6 {
+			t.Fatalf("%d requests queued, want %d", queued(l), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestLayerQueueWaitsForRetryAfter(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 2, MaxWait: 5 * time.Second}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(1))}}})
+	ctx := context.Background()
+	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		lease shed.Lease
+		err   error
+	}
+	done := make(chan res, 3)
+	go func() { lease, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- res{lease, err} }()
+	waitQueued(t, l, 1)
+	go func() { lease, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- res{lease, err} }()
+	waitQueued(t, l, 2)
+	// the queue is full (MaxLength 2 for the layer)
+	_, err := l.Acquire(ctx, shed.Request{Key: "b", Cost: 1})
+	if err != nil {
+		t.Fatalf("key b has capacity and must not queue: %v", err)
+	}
+	if _, err := l.Acquire(ctx, shed.Request{Key: "b"}); rejection(t, err).Reason != "queue full" {
+		t.Fatalf("third waiter: %v", err)
+	}
+	clk.Advance(time.Second)
+	r := <-done
+	if r.err != nil || r.lease.Waited != time.Second {
+		t.Fatalf("first waiter: %+v %v, want admitted after 1s", r.lease, r.err)
+	}
+	clk.Advance(time.Second)
+	r = <-done
+	if r.err != nil || r.lease.Waited != 2*time.Second {
+		t.Fatalf("second waiter: %+v %v, want admitted after 2s", r.lease, r.err)
+	}
+}
+
+func TestLayerQueueTimesOutAndRefundWakes(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 5, MaxWait: 500 * time.Millisecond}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(1))}}})
+	ctx := context.Background()
+	lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
+	waitQueued(t, l, 1)
+	clk.Advance(500 * time.Millisecond)
+	rj := rejection(t, <-done)
+	if rj.Reason != "queue wait timed out" || rj.Waited != 500*time.Millisecond || rj.RetryAfter != time.Minute || rj.Status != 429 {
+		t.Fatalf("rejection %+v", rj)
+	}
+	// a lease released Unused wakes the key's waiter at once
+	go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
+	waitQueued(t, l, 1)
+	lease.Release(shed.Unused)
+	if err := <-done; err != nil {
+		t.Fatalf("waiter not admitted on refund: %v", err)
+	}
+	// a cancelled waiter leaves without holding units
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := l.Acquire(cctx, shed.Request{Key: "a"}); done <- err }()
+	waitQueued(t, l, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+}
+
+func TestLayerLeakyBucketQueueShapes(t *testing.T) {
+	// GCRA with burst 1 and the queue action: a burst of requests leaves at
+	// a constant 100ms spacing.
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 10, MaxWait: 10 * time.Second}},
+		Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey},
+			Limiter: mem(t, clk, LeakyBucket, Limit{Quantity: 10, Period: time.Second, Burst: 1})}}})
+	const n = 5
+	waits := make(chan time.Duration, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			lease, err := l.Acquire(context.Background(), shed.Request{Key: "a"})
+			if err != nil {
+				t.Error(err)
+			}
+			waits <- lease.Waited
+		}()
+	}
+	// one passes at once, the others queue
+	waitQueued(t, l, n-1)
+	if w := <-waits; w != 0 {
+		t.Fatalf("first request waited %v", w)
+	}
+	for i := 1; i < n; i++ {
+		clk.Advance(100 * time.Millisecond)
+		if w := <-waits; w != time.Duration(i)*100*time.Millisecond {
+			t.Fatalf("request %d left after %v, want %v", i, w, time.Duration(i)*100*time.Millisecond)
+		}
+	}
+}
+
+func TestNewLayerRejectsBadConfig(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	m := mem(t, clk, TokenBucket, PerSecond(1))
+	cases := []struct {
+		cfg   LayerConfig
+		field string
+	}{
+		{LayerConfig{}, "LayerConfig.Rules"},
+		{LayerConfig{Rules: []Rule{{Name: "a b", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Rules[0].Name"},
+		{LayerConfig{Rules: []Rule{{Name: "", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Rules[0].Name"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}}}}, "Rules[0].Limiter"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Limiter: m}}}, "Rules[0].Descriptors"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{{Key: "user"}}, Limiter: m}}}, "needs From"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}, {Name: "a", Descriptors: []Descriptor{ByRoute}, Limiter: m}}}, "used twice"},
+		{LayerConfig{Enforcement: shed.Enforcement{Mode: shed.Elastic}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Headroom"},
+		{LayerConfig{Enforcement: shed.Enforcement{Action: shed.Queue}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "MaxLength"},
+		{LayerConfig{MaxKeys: -1, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "LayerConfig.MaxKeys"},
+	}
+	for _, c := range cases {
+		if _, err := NewLayer(c.cfg); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("NewLayer(%+v) = %v, want an error naming %s", c.cfg, err, c.field)
+		}
+	}
+}
