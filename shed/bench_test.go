@@ -2,7 +2,9 @@ package shed_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/loadshed/loadshed/shed"
 )
@@ -104,5 +106,66 @@ func BenchmarkChainDoObserved(b *testing.B) {
 		if err := c.Do(ctx, benchReq, nothing); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkWaitQueue measures what a queueing layer pays on its fast path
+// (nobody waiting, capacity free: one lock, one take, no allocation) and
+// under contention, where requests do queue (a waiter, a channel and a
+// timer each).
+func BenchmarkWaitQueue(b *testing.B) {
+	ctx := context.Background()
+	newPool := func(n int64) (take func() bool, put func()) {
+		var free atomic.Int64
+		free.Store(n)
+		take = func() bool {
+			for {
+				f := free.Load()
+				if f <= 0 {
+					return false
+				}
+				if free.CompareAndSwap(f, f-1) {
+					return true
+				}
+			}
+		}
+		return take, func() { free.Add(1) }
+	}
+	b.Run("fast-path", func(b *testing.B) {
+		q, _ := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Second})
+		take, put := newPool(1)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := q.Wait(ctx, shed.Default, time.Time{}, take, put); err != nil {
+				b.Fatal(err)
+			}
+			put()
+			q.Notify()
+		}
+	})
+	b.Run("contended", func(b *testing.B) {
+		q, _ := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 1 << 16, MaxWait: time.Minute})
+		take, put := newPool(2)
+		b.ReportAllocs()
+		b.SetParallelism(8) // more callers than slots: some queue
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := q.Wait(ctx, shed.Default, time.Time{}, take, put); err != nil {
+					b.Error(err)
+					return
+				}
+				put()
+				q.Notify()
+			}
+		})
+	})
+}
+
+// BenchmarkClockNow is the price of one reading of the system clock, which
+// an observed chain pays twice per layer.
+func BenchmarkClockNow(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = shed.SystemClock.Now()
 	}
 }
