@@ -1,26 +1,24 @@
 -- Token bucket and leaky bucket (GCRA): one theoretical arrival time (TAT)
--- per key, the instant the bucket will be empty (full of tokens) again. T is
--- the emission interval, Period/Quantity rounded up to a nanosecond as the
--- in-memory store rounds it, so both stores give the same figures.
+-- per key, the instant the bucket will be full again, stored as "s n"
+-- (seconds, nanoseconds past them). T is the emission interval,
+-- Period/Quantity rounded up to a nanosecond as the in-memory store rounds
+-- it, so both stores give the same figures.
 local tau = B * T
-local h = redis.call('HMGET', key, 's', 'n')
+local st = load()
 local tat = 0
-if h[1] then tat = rel(h[1], h[2]) end
+if st then tat = rel(st[1], st[2]) end
 if tat < 0 then tat = 0 end
 
-local function store()
-  if tat <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('HSET', key, 's', num(now_s), 'n', num(tat + now_ns))
-  keep_for(tat)
-end
+-- The TTL is the TAT itself: once it has passed the bucket is full, as a
+-- missing key reads.
+local function store() save(tat, now_s, tat + now_ns) end
 
 if op == 'r' then
-  tat = tat - want * T
-  if tat < 0 then tat = 0 end
-  store()
+  if tat > 0 then
+    tat = tat - want * T
+    if tat < 0 then tat = 0 end
+    store()
+  end
   return {1, 0, 0, 0, 0, 0}
 end
 

@@ -1,18 +1,16 @@
--- Fixed window: a count for the current aligned window; a count stored for
--- any earlier window is stale and reads as zero.
+-- Fixed window: a count for the current aligned window, stored as "s n c"
+-- (the window's start, the count); a count stored for any earlier window is
+-- stale and reads as zero.
 local off = window_offset()
 local left = P - off
-local h = redis.call('HMGET', key, 's', 'n', 'c')
+local st = load()
 local count = 0
-if h[1] and rel(h[1], h[2]) == -off then count = tonumber(h[3]) end
+if st and rel(st[1], st[2]) == -off then count = st[3] end
 
+-- Kept until the window ends, or dropped once empty.
 local function store()
-  if count <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('HSET', key, 's', num(now_s), 'n', num(now_ns - off), 'c', num(count))
-  keep_for(left)
+  if count <= 0 then left = 0 end
+  save(left, now_s, now_ns - off, count)
 end
 
 if op == 'r' then

@@ -96,13 +96,25 @@ local function window_offset()
   return math.fmod(r + now_ns, P)
 end
 
--- Keep the key for ns more nanoseconds (plus slack), or drop it when it
--- holds nothing worth keeping.
-local function keep_for(ns)
+-- The state of the buckets and windows is one string of numbers separated
+-- by spaces: one GET to read it, one SET ... PX to write it with its TTL.
+local function load()
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local out = {}
+  for x in string.gmatch(v, '%S+') do out[#out + 1] = tonumber(x) end
+  return out
+end
+
+-- Store the numbers for ns more nanoseconds (plus slack), or drop the key
+-- when it holds nothing worth keeping.
+local function save(ns, ...)
   if ns <= 0 then
     redis.call('DEL', key)
-  else
-    redis.call('PEXPIRE', key, cdiv(ns, 1e6) + slack)
+    return
   end
+  local parts = {...}
+  for i = 1, #parts do parts[i] = num(parts[i]) end
+  redis.call('SET', key, table.concat(parts, ' '), 'PX', cdiv(ns, 1e6) + slack)
 end
 

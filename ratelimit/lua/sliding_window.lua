@@ -2,27 +2,26 @@
 -- previous window's, weighted by how much of it the last P still covers.
 local off = window_offset()
 local left = P - off
-local h = redis.call('HMGET', key, 's', 'n', 'c', 'p')
+local st = load() -- "s n c p": the window's start, its count, the previous one's
 local cur, prev = 0, 0
 local rolled = false -- the stored window is the previous one
-if h[1] then
-  local start = rel(h[1], h[2])
+if st then
+  local start = rel(st[1], st[2])
   if start == -off then
-    cur = tonumber(h[3])
-    prev = tonumber(h[4])
+    cur = st[3]
+    prev = st[4]
   elseif start == -off - P then
-    prev = tonumber(h[3])
+    prev = st[3]
     rolled = true
   end
 end
 
+-- The current count weighs until the next window ends, the previous one
+-- until this one ends.
 local function store()
-  if cur <= 0 and prev <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  redis.call('HSET', key, 's', num(now_s), 'n', num(now_ns - off), 'c', num(cur), 'p', num(prev))
-  if cur > 0 then keep_for(left + P) else keep_for(left) end
+  local ttl = 0
+  if cur > 0 then ttl = left + P elseif prev > 0 then ttl = left end
+  save(ttl, now_s, now_ns - off, cur, prev)
 end
 
 -- A refund comes out of the current window, or out of the previous one
