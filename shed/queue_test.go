@@ -647,8 +647,9 @@ func TestWaitStress(t *testing.T) {
 		waiters = 5000
 		slots   = 8
 	)
+	base := runtime.NumGoroutine()
 	clock := shedtest.NewClock(t0)
-	q := newQueue(t, shed.QueueConfig{MaxLength: 500, MaxWait: 20 * time.Millisecond, Clock: clock})
+	q := newQueue(t, shed.QueueConfig{MaxLength: 1000, MaxWait: 20 * time.Millisecond, Clock: clock})
 	p := newPool(t, slots, slots)
 	prios := shed.Priorities()
 
@@ -732,8 +733,19 @@ drive:
 	if total != waiters {
 		t.Errorf("%d outcomes for %d waiters", total, waiters)
 	}
-	if outcomes[0].Load() == 0 {
-		t.Errorf("nobody was granted")
+	for i, what := range []string{"granted", "cancelled", "timed out", "evicted"} {
+		if outcomes[i].Load() == 0 {
+			t.Errorf("no waiter was %s: the stress did not exercise that path", what)
+		}
+	}
+	// Nothing is left behind: the waiters, their cancellers and the timers'
+	// callbacks have all returned. Real time bounds the spin only.
+	for limit := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base; {
+		if time.Now().After(limit) {
+			t.Errorf("%d goroutines, %d before the test: leaked", runtime.NumGoroutine(), base)
+			break
+		}
+		runtime.Gosched()
 	}
 	t.Logf("granted %d, cancelled %d, timed out %d, evicted %d, full %d; gave back %d; max holding %d",
 		outcomes[0].Load(), outcomes[1].Load(), outcomes[2].Load(), outcomes[3].Load(), outcomes[4].Load(),
