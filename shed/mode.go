@@ -115,7 +115,7 @@ const (
 	DefaultMinHeadroom = 0.2
 )
 
-// Validate reports the first invalid field, by name.
+// Validate reports every invalid field, by name (joined with errors.Join).
 func (e Enforcement) Validate() error {
 	var errs []error
 	if e.Mode > Elastic {
