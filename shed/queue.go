@@ -190,7 +190,9 @@ func (l *waitList) remove(w *waiter) {
 // priority waiter that would be served last is evicted and gets ErrEvicted
 // at once); with ErrQueueTimeout when MaxWait or deadline (when non-zero)
 // passes, or has already passed; and with an error wrapping ctx.Err() when
-// ctx ends.
+// ctx ends. When deadline is ctx's own deadline (as Prepare sets it), either
+// of the last two may be reported: QueueRejection turns the first into a
+// rejection and passes the second through.
 //
 // If capacity is granted at the instant the waiter gives up (its context
 // ends as take succeeds), Wait calls giveBack, outside the queue's lock, to
