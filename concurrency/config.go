@@ -22,6 +22,7 @@ const (
 	ByRoute
 )
 
+// String returns "key" or "route".
 func (k KeyBy) String() string {
 	switch k {
 	case ByKey:

@@ -38,6 +38,13 @@ type Limiter struct {
 	ep       shed.Episode
 }
 
+var (
+	_ shed.Layer    = (*Limiter)(nil)
+	_ shed.Releaser = (*Limiter)(nil)
+	_ shed.Layer    = (*RedisLimiter)(nil)
+	_ shed.Releaser = (*RedisLimiter)(nil)
+)
+
 // New checks cfg and returns a limiter.
 func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
