@@ -500,8 +500,14 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 		t.Fatal("a request tried Redis before ProbeEvery passed")
 	}
 	clock.Advance(100 * time.Millisecond)
+	start := time.Now()
 	if _, err := r.Acquire(ctx, shed.Request{}); err == nil || !r.Fallback() {
 		t.Fatal("a probe while Redis is still down must fall back")
+	}
+	// The probe meets a Redis that accepts but never answers: Timeout
+	// (30ms) bounds it, not go-redis's own dial and read timeouts (seconds).
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a probe of a silent Redis took %v", d)
 	}
 	if px.accepted.Load() == tried {
 		t.Fatal("no probe after ProbeEvery")
