@@ -252,10 +252,11 @@ type shard[E any] struct {
 }
 
 func newKeyed[E any, C cell[E]](p params, maxKeys int) *keyed[E, C] {
-	// Enough shards that parallel decisions rarely meet on one lock, but no
-	// more than keys, so every shard holds at least one.
+	// Enough shards that parallel decisions rarely meet on one lock, but
+	// few enough that each holds at least 64 keys: a full shard evicts from
+	// its own keys, which must be a fair sample of the store's.
 	n := 1
-	for n < 256 && n*2 <= maxKeys {
+	for n < 256 && n*2*64 <= maxKeys {
 		n *= 2
 	}
 	k := &keyed[E, C]{p: p, seed: maphash.MakeSeed(), mask: uint64(n - 1), shardCap: maxKeys / n,

@@ -120,7 +120,7 @@ func TestMemorySweepsKeysAtRest(t *testing.T) {
 	}
 }
 
-func TestMemoryMaxKeysBoundsAndPrefersKeysAtRest(t *testing.T) {
+func TestMemoryMaxKeysBounds(t *testing.T) {
 	for _, alg := range allAlgs {
 		t.Run(alg.String(), func(t *testing.T) {
 			m, clk := newTestMemory(t, alg, PerSecond(2), MemoryConfig{MaxKeys: 64})
