@@ -95,6 +95,11 @@ type HTTPConfig struct {
 	// count as 1.
 	Cost func(r *http.Request) int64
 
+	// Skip, when set and true for a request, sends it straight to the
+	// handler without running the chain: health checks and metrics
+	// scrapes that must never be shed or counted.
+	Skip func(r *http.Request) bool
+
 	// OnReject, when set, answers every rejection instead of the default
 	// response (see WriteRejection); nothing else is written for it.
 	OnReject func(w http.ResponseWriter, r *http.Request, rej *Rejection)
@@ -118,6 +123,7 @@ type middleware struct {
 	priority   func(*http.Request, Priority) Priority
 	cost       func(*http.Request) int64
 	onReject   func(http.ResponseWriter, *http.Request, *Rejection)
+	skip       func(*http.Request) bool
 	legacy     bool
 	clock      Clock
 	states     sync.Pool
@@ -180,7 +186,7 @@ func newMiddleware(c *Chain, cfg HTTPConfig) (*middleware, error) {
 	m := &middleware{
 		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
-		onReject: cfg.OnReject, legacy: cfg.LegacyHeaders, clock: ClockOr(cfg.Clock),
+		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, clock: ClockOr(cfg.Clock),
 	}
 	if m.key == nil {
 		m.key = ip.Key
@@ -210,6 +216,10 @@ type httpHandler struct {
 // handler.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	if m.skip != nil && m.skip(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
 	req, ok := m.request(w, r)
 	if !ok {
 		return

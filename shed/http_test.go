@@ -893,3 +893,19 @@ func FuzzMiddleware(f *testing.F) {
 		}
 	})
 }
+
+func TestMiddlewareSkip(t *testing.T) {
+	l := shedtest.NewLayer("l")
+	l.Reject(shed.Shed("l", shed.Request{}, "shedding", time.Second))
+	h := newMW(t, newChain(t, l), shed.HTTPConfig{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }})(http.HandlerFunc(ok))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 || l.Rejected() != 0 {
+		t.Errorf("skipped request: %d, layer saw %d", rec.Code, l.Rejected())
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1", nil))
+	if rec.Code != 503 || l.Rejected() != 1 {
+		t.Errorf("other request: %d, layer rejected %d", rec.Code, l.Rejected())
+	}
+}
