@@ -567,7 +567,9 @@ func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) (
 	if len(res) < 2 || (res[0] == 0 && (len(res) < 3 || res[1] < 1 || res[1] > int64(len(e.keys)))) {
 		return nil, fmt.Errorf("concurrency: unexpected reply from the acquire script: %v", res)
 	}
-	r.down.Store(0)
+	if r.down.Load() != 0 {
+		r.down.Store(0)
+	}
 	return res, nil
 }
 
