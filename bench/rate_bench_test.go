@@ -40,7 +40,10 @@ func rowApplies(p RatePeer, allow bool, nkeys int) bool {
 // BenchmarkRateMemory compares in-memory decisions of loadshed's algorithms
 // and the peers, in the same run, on the same work:
 //
-//   - allow: 10⁹ per second, burst 10⁹: every decision admits;
+//   - allow: 10¹² per hour, burst 10¹²: every decision admits (an hour,
+//     not a second: go-limiter's memorystore refills a bucket to
+//     interval/tokens units per elapsed interval, which is 1 for 10⁹ per
+//     second, and its rows then refuse);
 //   - deny: 1 per hour, every key spent before the timer starts: every
 //     decision refuses;
 //   - keys=1: one hot key; keys=100000: keys taken in turn, each goroutine
@@ -52,7 +55,7 @@ func rowApplies(p RatePeer, allow bool, nkeys int) bool {
 // re-admission per key should a window edge fall inside a deny row).
 func BenchmarkRateMemory(b *testing.B) {
 	for _, allow := range []bool{true, false} {
-		path, n, per := "allow", int64(1e9), time.Second
+		path, n, per := "allow", int64(1e12), time.Hour
 		if !allow {
 			path, n, per = "deny", 1, time.Hour
 		}

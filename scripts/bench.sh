@@ -38,6 +38,7 @@ raw="bench/results/$(date -u +%Y%m%dT%H%M%SZ).raw"
   echo "machine-nproc: $(nproc)"
   echo "machine-cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
   echo "machine-redis: $(redis-cli -u "redis://$LOADSHED_REDIS_ADDR" info server | awk -F: '/^redis_version/{print $2}' | tr -d '\r')"
+  echo "machine-load-before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$raw"
 cat "$raw" >&2
 
@@ -55,6 +56,7 @@ for g in "${groups[@]}"; do
   (cd bench && go test -run '^$' -bench "^Benchmark$g\$" -benchtime "$(benchtime "$g")" \
     -count "$COUNT" -benchmem -timeout 60m .) | tee -a "$raw" | grep -E '^(FAIL|panic|---)' >&2 || true
 done
+echo "machine-load-after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$raw" >&2
 echo "bench.sh: raw output in $raw" >&2
 
 for g in "${groups[@]}"; do
