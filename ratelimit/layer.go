@@ -52,7 +52,9 @@ type LayerConfig struct {
 // When a Limiter fails (a Redis store that is down and has no fallback),
 // the layer does not turn it into an error: the rule is skipped, the
 // request is admitted with Lease.Fallback set (so the chain's observer
-// records a fallback event) and LayerConfig.OnError is told.
+// records a fallback event) and LayerConfig.OnError is told. A Limiter that
+// is a FallbackDecider (the Redis store) and decided from its local
+// fallback sets Lease.Fallback (or Rejection.Fallback) too.
 //
 // With the queue action, a request over its limit waits in a queue of its
 // own key (the first rule key it was denied on), highest priority first,
@@ -217,7 +219,15 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if !ok {
 			continue
 		}
-		r, err := c.Limiter.Allow(ctx, key, a.cost)
+		var r Result
+		var err error
+		if c.decider != nil {
+			var fb bool
+			r, fb, err = c.decider.Decide(ctx, key, a.cost)
+			a.fallback = a.fallback || fb
+		} else {
+			r, err = c.Limiter.Allow(ctx, key, a.cost)
+		}
 		if err != nil {
 			if errors.Is(err, ErrCostAboveBurst) {
 				a.never, a.overCeil, a.deniedRule = true, true, i

@@ -471,3 +471,25 @@ func TestNewLayerRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// localDecider says every decision came from its local fallback.
+type localDecider struct{ *Memory }
+
+func (d localDecider) Decide(ctx context.Context, key string, cost int64) (Result, bool, error) {
+	r, err := d.Allow(ctx, key, cost)
+	return r, true, err
+}
+
+func TestLayerFallbackDecider(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: localDecider{mem(t, clk, FixedWindow, PerMinute(1))}}}})
+	lease, err := l.Acquire(context.Background(), shed.Request{Key: "a"})
+	if err != nil || !lease.Fallback {
+		t.Fatalf("lease %+v %v, want Fallback", lease, err)
+	}
+	_, err = l.Acquire(context.Background(), shed.Request{Key: "a"})
+	if rj := rejection(t, err); !rj.Fallback {
+		t.Fatalf("rejection %+v, want Fallback", rj)
+	}
+}

@@ -49,9 +49,10 @@ type MemoryConfig struct {
 // safe for concurrent use. Decisions on keys it already holds take no lock
 // shared across keys and allocate nothing. Call Close to stop its sweeper.
 type Memory struct {
-	alg   Algorithm
-	limit Limit
-	core  memCore
+	alg     Algorithm
+	limit   Limit
+	maxCost int64
+	core    memCore
 
 	clock    shed.Clock
 	mono     bool // read time as wallBase + time.Since(monoBase)
@@ -104,7 +105,7 @@ func NewMemory(alg Algorithm, limit Limit, cfg MemoryConfig) (*Memory, error) {
 	case SlidingLog:
 		core = newKeyed[logCell](p, maxKeys)
 	}
-	m := &Memory{alg: alg, limit: limit, core: core, clock: shed.ClockOr(cfg.Clock), idle: int64(idle)}
+	m := &Memory{alg: alg, limit: limit, maxCost: limit.MaxCost(alg), core: core, clock: shed.ClockOr(cfg.Clock), idle: int64(idle)}
 	if m.clock == shed.SystemClock {
 		m.mono = true
 		m.monoBase = time.Now()
@@ -126,8 +127,8 @@ func (m *Memory) now() int64 {
 // Allow takes cost units for key if the limit allows it. It never blocks
 // and ignores ctx.
 func (m *Memory) Allow(_ context.Context, key string, cost int64) (Result, error) {
-	if err := CheckRequest(m.limit, m.alg, key, cost); err != nil {
-		return Result{Limit: m.limit.Quantity}, err
+	if key == "" || cost < 1 || cost > m.maxCost { // kept inline: CheckRequest is not
+		return Result{Limit: m.limit.Quantity}, CheckRequest(m.limit, m.alg, key, cost)
 	}
 	return m.core.allow(storedKey(key), m.now(), cost), nil
 }

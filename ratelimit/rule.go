@@ -100,6 +100,7 @@ type compiledRule struct {
 	prefix  []byte // escaped length-prefixed domain and name
 	bare    bool   // the key is the only entry's value alone
 	limit   Limit
+	decider FallbackDecider // Limiter, when it tells fallback decisions apart
 }
 
 func validName(s string) bool {
@@ -152,6 +153,7 @@ func compileRule(i int, r Rule) (*compiledRule, error) {
 		return nil, err
 	}
 	c.limit = r.Limiter.Limit()
+	c.decider, _ = r.Limiter.(FallbackDecider)
 	var pre []byte
 	pre = appendPart(pre, r.Domain)
 	pre = appendPart(pre, r.Name)

@@ -1,0 +1,87 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+func ExampleNewMemory() {
+	// A manual clock makes the figures exact; leave Clock nil in production.
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(3),
+		ratelimit.MemoryConfig{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	ctx := context.Background()
+	fmt.Println(limiter.Limit())
+	for i := 0; i < 4; i++ {
+		r, _ := limiter.Allow(ctx, "client-1", 1)
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v reset-after=%v\n", r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter)
+	}
+	clock.Advance(20 * time.Second) // one token back
+	r, _ := limiter.Allow(ctx, "client-1", 1)
+	fmt.Println("after 20s: allowed =", r.Allowed)
+
+	_, err = limiter.Allow(ctx, "client-1", 4)
+	fmt.Println(errors.Is(err, ratelimit.ErrCostAboveBurst))
+	// Output:
+	// 3 req/1m0s burst 3
+	// allowed=true remaining=2 retry-after=0s reset-after=20s
+	// allowed=true remaining=1 retry-after=0s reset-after=40s
+	// allowed=true remaining=0 retry-after=0s reset-after=1m0s
+	// allowed=false remaining=0 retry-after=20s reset-after=1m0s
+	// after 20s: allowed = true
+	// true
+}
+
+func ExampleNewLayer() {
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	perKey, _ := ratelimit.NewMemory(ratelimit.SlidingWindow, ratelimit.PerMinute(2), ratelimit.MemoryConfig{Clock: clock})
+	perRoute, _ := ratelimit.NewMemory(ratelimit.FixedWindow, ratelimit.PerSecond(100), ratelimit.MemoryConfig{Clock: clock})
+	defer perKey.Close()
+	defer perRoute.Close()
+
+	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{
+		Clock: clock,
+		Rules: []ratelimit.Rule{
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+			{Name: "charges", Domain: "api", Limiter: perRoute,
+				Descriptors: []ratelimit.Descriptor{ratelimit.RouteIs("POST /v1/charges")}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer layer.Close()
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}, Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+
+	req := shed.Request{Key: "sk_live_42", Route: "POST /v1/charges"}
+	for i := 0; i < 3; i++ {
+		err := chain.Do(context.Background(), req, func(context.Context) error { return nil })
+		var rj *shed.Rejection
+		switch {
+		case errors.As(err, &rj):
+			fmt.Printf("%d %s (policy %s), retry after %ds\n", rj.Status, rj.Reason, rj.Policies[0].Policy, rj.RetryAfterSeconds())
+		case err != nil:
+			fmt.Println("error:", err)
+		default:
+			fmt.Println("ok")
+		}
+	}
+	// Output:
+	// ok
+	// ok
+	// 429 rate limit exceeded (policy per-key), retry after 90s
+}
