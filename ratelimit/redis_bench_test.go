@@ -68,7 +68,7 @@ func BenchmarkRedisExact(b *testing.B) {
 		var l Limit
 		switch alg {
 		case TokenBucket, LeakyBucket:
-			l = PerSecond(1_000_000_000) // T = 1ns
+			l = PerSecond(1_000_000) // T = 1µs, τ = 1s: never empty at these rates
 		case SlidingLog:
 			l = PerMinute(MaxSlidingLogQuantity) // a member per unit
 		default:

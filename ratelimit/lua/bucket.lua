@@ -4,14 +4,17 @@
 -- Period/Quantity rounded up to a nanosecond as the in-memory store rounds
 -- it, so both stores give the same figures.
 local tau = B * T
-local st = load()
+local v = redis.call('GET', key)
 local tat = 0
-if st then tat = rel(st[1], st[2]) end
+if v then
+  local s, n = string.match(v, '^(%S+) (%S+)$')
+  tat = rel(s, n)
+end
 if tat < 0 then tat = 0 end
 
 -- The TTL is the TAT itself: once it has passed the bucket is full, as a
 -- missing key reads.
-local function store() save(tat, now_s, tat + now_ns) end
+local function store() save(tat, string.format('%d %d', now_s, tat + now_ns)) end
 
 if op == 'r' then
   if tat > 0 then

@@ -3,14 +3,17 @@
 -- stale and reads as zero.
 local off = window_offset()
 local left = P - off
-local st = load()
+local v = redis.call('GET', key)
 local count = 0
-if st and rel(st[1], st[2]) == -off then count = st[3] end
+if v then
+  local s, n, c = string.match(v, '^(%S+) (%S+) (%S+)$')
+  if rel(s, n) == -off then count = tonumber(c) end
+end
 
 -- Kept until the window ends, or dropped once empty.
 local function store()
   if count <= 0 then left = 0 end
-  save(left, now_s, now_ns - off, count)
+  save(left, string.format('%d %d %d', now_s, now_ns - off, count))
 end
 
 if op == 'r' then

@@ -20,7 +20,7 @@
 -- Lua numbers are doubles: every figure here is kept below 2^53 by working
 -- in nanoseconds relative to now, and every number written back to Redis is
 -- formatted by hand, because redis.call would format it with %.14g.
-if redis.replicate_commands then redis.replicate_commands() end
+-- (removed)
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -96,25 +96,16 @@ local function window_offset()
   return math.fmod(r + now_ns, P)
 end
 
--- The state of the buckets and windows is one string of numbers separated
--- by spaces: one GET to read it, one SET ... PX to write it with its TTL.
-local function load()
-  local v = redis.call('GET', key)
-  if not v then return nil end
-  local out = {}
-  for x in string.gmatch(v, '%S+') do out[#out + 1] = tonumber(x) end
-  return out
-end
+-- The state of the buckets and windows is one string of integers separated
+-- by spaces ("%d %d ..."): one GET to read it, one SET ... PX to write it
+-- with its TTL. Each script parses it with one string.match.
 
--- Store the numbers for ns more nanoseconds (plus slack), or drop the key
--- when it holds nothing worth keeping.
-local function save(ns, ...)
+-- Store value for ns more nanoseconds (plus slack), or drop the key when it
+-- holds nothing worth keeping.
+local function save(ns, value)
   if ns <= 0 then
     redis.call('DEL', key)
-    return
+  else
+    redis.call('SET', key, value, 'PX', cdiv(ns, 1e6) + slack)
   end
-  local parts = {...}
-  for i = 1, #parts do parts[i] = num(parts[i]) end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', cdiv(ns, 1e6) + slack)
 end
-

@@ -2,16 +2,18 @@
 -- previous window's, weighted by how much of it the last P still covers.
 local off = window_offset()
 local left = P - off
-local st = load() -- "s n c p": the window's start, its count, the previous one's
+-- "s n c p": the window's start, its count, the previous window's count.
+local v = redis.call('GET', key)
 local cur, prev = 0, 0
 local rolled = false -- the stored window is the previous one
-if st then
-  local start = rel(st[1], st[2])
+if v then
+  local s, n, c, p = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+  local start = rel(s, n)
   if start == -off then
-    cur = st[3]
-    prev = st[4]
+    cur = tonumber(c)
+    prev = tonumber(p)
   elseif start == -off - P then
-    prev = st[3]
+    prev = tonumber(c)
     rolled = true
   end
 end
@@ -21,7 +23,7 @@ end
 local function store()
   local ttl = 0
   if cur > 0 then ttl = left + P elseif prev > 0 then ttl = left end
-  save(ttl, now_s, now_ns - off, cur, prev)
+  save(ttl, string.format('%d %d %d %d', now_s, now_ns - off, cur, prev))
 end
 
 -- A refund comes out of the current window, or out of the previous one
