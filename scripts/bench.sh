@@ -10,7 +10,7 @@
 #   COUNT=3 ./scripts/bench.sh               # fewer repetitions
 #   ./scripts/bench.sh RateMemory ChainHTTP  # only these groups
 #
-# Groups: RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal,
+# Groups: Clock, RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal,
 # ConcurrencyHTTP, ChainHTTP. Set LOADSHED_REDIS_ADDR to use a running
 # server instead of starting one.
 set -euo pipefail
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-6}
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RedisRate RedisConcurrency)
+[ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RedisRate RedisConcurrency)
 
 if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
   . scripts/redis.sh
