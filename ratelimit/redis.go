@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -136,8 +137,9 @@ type Redis struct {
 
 	// now, when set (by tests), replaces the server's TIME, so that step
 	// tables run at fixed instants. ttlSlack pads every PEXPIRE (ms).
-	now      func() time.Time
-	ttlSlack int64
+	now         func() time.Time
+	ttlSlack    int64
+	ttlSlackArg any
 }
 
 var _ FallbackDecider = (*Redis)(nil)
@@ -172,7 +174,6 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 		clock:    shed.ClockOr(cfg.Clock),
 		onFall:   cfg.OnFallback,
 		fallback: cfg.Fallback,
-		ttlSlack: 1,
 	}
 	if r.prefix == "" {
 		r.prefix = DefaultRedisPrefix
@@ -184,6 +185,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 		r.probe = int64(DefaultProbeInterval)
 	}
 	r.args = newStaticArgs(limit)
+	r.setTTLSlack(1)
 	if r.fallback == nil {
 		fb, err := NewMemory(alg, shareOf(limit, cfg.ExpectedInstances), MemoryConfig{Clock: cfg.Clock})
 		if err != nil {
@@ -362,6 +364,13 @@ func (r *Redis) Close() error {
 		return c.Close()
 	}
 	return nil
+}
+
+// setTTLSlack sets the milliseconds added to every TTL (1, or more in tests
+// whose fixed clock lags real time).
+func (r *Redis) setTTLSlack(ms int64) {
+	r.ttlSlack = ms
+	r.ttlSlackArg = strconv.FormatInt(ms, 10)
 }
 
 // noteOver remembers a key Redis found with no unit left, so the next

@@ -78,7 +78,7 @@ func TestRedisKeysExpire(t *testing.T) {
 			clk := shedtest.NewClock(contractStart)
 			limit := Limit{Quantity: 5, Period: 10 * time.Second, Burst: 5}
 			r := fixedRedis(t, c, clk, alg, limit, RedisConfig{OverLimitKeys: -1})
-			r.ttlSlack = 1
+			r.setTTLSlack(1)
 			if _, err := r.Allow(bg, "k", 1); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,9 +50,10 @@ const (
 	opRefund = "r"
 )
 
-// staticArgs are the script arguments fixed by the limit, formatted once.
+// staticArgs are the script arguments fixed by the limit, formatted and
+// boxed once, so that a decision does not allocate them again.
 type staticArgs struct {
-	quantity, burst, period, periodSec, interval string
+	quantity, burst, period, periodSec, interval any
 }
 
 func newStaticArgs(l Limit) staticArgs {
@@ -67,6 +69,22 @@ func newStaticArgs(l Limit) staticArgs {
 	}
 	return s
 }
+
+// Boxed once: converting a string to an interface allocates.
+var (
+	argAllow  any = opAllow
+	argRefund any = opRefund
+	argNone   any = ""
+)
+
+// callFrame holds one round trip's keys and arguments; frames are pooled,
+// as go-redis copies both into its own command before it returns.
+type callFrame struct {
+	keys [1]string
+	args [11]any
+}
+
+var callFrames = sync.Pool{New: func() any { return new(callFrame) }}
 
 // reply is a script's answer.
 type reply struct {
@@ -92,15 +110,23 @@ func (p reply) result(limit int64) Result {
 func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	nowS, nowNs := "", ""
+	f := callFrames.Get().(*callFrame)
+	defer func() {
+		*f = callFrame{}
+		callFrames.Put(f)
+	}()
+	f.keys[0] = r.RedisKey(key)
+	a := &r.args
+	f.args = [11]any{argAllow, want, takeMax, a.quantity, a.burst, a.period, a.periodSec, a.interval,
+		r.ttlSlackArg, argNone, argNone}
+	if op == opRefund {
+		f.args[0] = argRefund
+	}
 	if r.now != nil {
 		t := r.now()
-		nowS, nowNs = strconv.FormatInt(t.Unix(), 10), strconv.Itoa(t.Nanosecond())
+		f.args[9], f.args[10] = strconv.FormatInt(t.Unix(), 10), strconv.Itoa(t.Nanosecond())
 	}
-	a := &r.args
-	v, err := r.script.Run(ctx, r.client, []string{r.RedisKey(key)},
-		op, want, takeMax, a.quantity, a.burst, a.period, a.periodSec, a.interval,
-		r.ttlSlack, nowS, nowNs).Int64Slice()
+	v, err := r.script.Run(ctx, r.client, f.keys[:], f.args[:]...).Int64Slice()
 	if err != nil {
 		return reply{}, err
 	}

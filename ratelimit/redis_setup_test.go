@@ -55,7 +55,7 @@ func fixedRedis(t testing.TB, c redis.UniversalClient, clk *shedtest.Clock, alg 
 		t.Fatalf("NewRedis(%v, %v): %v", alg, limit, err)
 	}
 	r.now = clk.Now
-	r.ttlSlack = int64(time.Minute / time.Millisecond)
+	r.setTTLSlack(int64(time.Minute / time.Millisecond))
 	t.Cleanup(func() { r.Close() })
 	return r
 }
