@@ -303,14 +303,16 @@ func (l *Layer) verdict(a *attempt) shed.Verdict {
 	}
 	within := !a.overLimit && !a.overCeil
 	var ep *shed.Episode
+	var now time.Time // only soft episodes read it
 	if l.enf.Mode == shed.Soft {
 		if within {
-			l.episodes.endAll(l, a.t)
+			l.episodes.endAll(a.t)
 		} else if !a.overCeil {
-			ep = l.episodes.get(a.overKey, l.clock.Now().UnixNano())
+			now = l.clock.Now()
+			ep = l.episodes.get(a.overKey, now.UnixNano())
 		}
 	}
-	return l.enf.Decide(l.clock.Now(), within, !a.overCeil, ep)
+	return l.enf.Decide(now, within, !a.overCeil, ep)
 }
 
 // Acquire checks req against every rule that applies to it.
@@ -328,7 +330,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	case shed.Wait:
 		l.refund(t, false)
 		var err error
-		waited, err = l.wait(ctx, &req, &a)
+		a, v, waited, err = l.wait(ctx, req, a)
 		if err != nil {
 			l.recycle(t)
 			return shed.Lease{}, err

@@ -103,28 +103,35 @@ func (s *sleeper) stop() {
 	}
 }
 
-// wait queues a request denied by a.deniedRule until every rule admits it,
-// the queue's bounds or its deadline pass, or ctx ends. On success a.t holds
-// the units taken.
-func (l *Layer) wait(ctx context.Context, req *shed.Request, a *attempt) (time.Duration, error) {
+// wait queues a request over its limit until every rule admits it, the
+// queue's bounds or its deadline pass, or ctx ends. It returns the attempt
+// that succeeded (its ticket holds the units taken) and its verdict. It
+// takes its arguments by value so that only a request that queues moves
+// them to the heap.
+func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (attempt, shed.Verdict, time.Duration, error) {
 	qs := l.queues
-	key := a.overKey
-	first := *a
+	key := first.overKey
+	req, a := &request, new(attempt)
+	*a = first
+	v := shed.Wait
+	fail := func(err error, waited time.Duration) (attempt, shed.Verdict, time.Duration, error) {
+		return first, v, waited, l.queueRejection(req, &first, err, waited)
+	}
 	if qs.waiting.Add(1) > int64(qs.cfg.MaxLength) {
 		qs.waiting.Add(-1)
-		return 0, l.queueRejection(req, &first, shed.ErrQueueFull, 0)
+		return fail(shed.ErrQueueFull, 0)
 	}
 	defer qs.waiting.Add(-1)
 	kq, err := qs.enter(key)
 	if err != nil {
-		return 0, l.queueRejection(req, &first, err, 0)
+		return fail(err, 0)
 	}
 	defer qs.leave(key, kq)
 
 	s := &sleeper{retry: a.retry}
 	take := func() bool {
 		l.try(ctx, req, a)
-		switch l.verdict(a) {
+		switch v = l.verdict(a); v {
 		case shed.Admit, shed.AdmitOver:
 			return true
 		}
@@ -138,9 +145,9 @@ func (l *Layer) wait(ctx context.Context, req *shed.Request, a *attempt) (time.D
 	waited, err := kq.q.Wait(ctx, req.Priority, req.Deadline, take, func() { l.refund(a.t, false) })
 	s.stop()
 	if err != nil {
-		return waited, l.queueRejection(req, &first, err, waited)
+		return fail(err, waited)
 	}
-	return waited, nil
+	return *a, v, waited, nil
 }
 
 func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
@@ -207,17 +214,23 @@ func (e *episodes) evictOldest() {
 
 // endAll closes the episodes of the keys t was admitted on within their
 // limits: those clients are back under them. Cheap while no key is over.
-func (e *episodes) endAll(l *Layer, t *ticket) {
+func (e *episodes) endAll(t *ticket) {
 	if e.n.Load() == 0 {
+		return
+	}
+	found := false
+	e.mu.RLock()
+	for i := 0; i < t.n && !found; i++ {
+		_, found = e.m[t.taken[i].key]
+	}
+	e.mu.RUnlock()
+	if !found {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := 0; i < t.n; i++ {
-		k := t.taken[i].key
-		if _, ok := e.m[k]; ok {
-			delete(e.m, k)
-		}
+		delete(e.m, t.taken[i].key)
 	}
 	e.n.Store(int64(len(e.m)))
 }

@@ -229,13 +229,20 @@ func appendPart(b []byte, s string) []byte {
 	return appendEscaped(b, s)
 }
 
-func needsEscape(c byte) bool {
-	return c <= ' ' || c >= 0x7f || c == '%' || c == '#' || c == '{' || c == '}'
-}
+// escaped marks the bytes keys escape: a table, because clean runs over
+// every bare key on every request.
+var escaped = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c <= ' ' || c >= 0x7f || c == '%' || c == '#' || c == '{' || c == '}'
+	}
+	return t
+}()
+
+func needsEscape(c byte) bool { return escaped[c] }
 
 func clean(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if needsEscape(s[i]) {
+		if escaped[s[i]] {
 			return false
 		}
 	}
