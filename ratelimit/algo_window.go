@@ -230,6 +230,8 @@ func (c *logCell) push(p *params, now, cost int64) {
 			return
 		}
 	}
+	// Every entry holds at least one unit and take admits at most Quantity
+	// units per Period, so a full ring of Quantity entries never gets here.
 	if c.n == len(c.ring) { // grow, up to Quantity entries
 		grown := make([]logEntry, min(int64(2*len(c.ring)), p.q))
 		for i := 0; i < c.n; i++ {

@@ -115,7 +115,7 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("ratelimit: rule %q: building its overage limiter: %w", c.Name, err)
 			}
-			c.Overage = o
+			c.Overage, c.ownOverage = o, o
 		}
 	}
 	l.episodes.init(maxKeys)
@@ -163,11 +163,8 @@ func (l *Layer) Name() string { return LayerName }
 // rules' own limiters are the caller's to close.
 func (l *Layer) Close() error {
 	for _, c := range l.rules {
-		if c.Rule.Overage != c.Overage {
-			continue
-		}
-		if m, ok := c.Overage.(*Memory); ok && m != nil {
-			m.Close()
+		if c.ownOverage != nil {
+			c.ownOverage.Close()
 		}
 	}
 	return nil

@@ -493,3 +493,27 @@ func TestLayerFallbackDecider(t *testing.T) {
 		t.Fatalf("rejection %+v, want Fallback", rj)
 	}
 }
+
+func TestLayerCloseLeavesCallersLimiters(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	own := mem(t, clk, FixedWindow, PerMinute(1))
+	l, err := NewLayer(LayerConfig{Clock: clk, Enforcement: shed.Enforcement{Mode: shed.Soft}, Rules: []Rule{
+		{Name: "given", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(10)), Overage: own},
+		{Name: "built", Descriptors: []Descriptor{ByRoute}, Limiter: mem(t, clk, FixedWindow, PerMinute(10))},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := l.rules[1].ownOverage
+	if built == nil || l.rules[0].ownOverage != nil {
+		t.Fatal("the layer must build the overage it was not given, and only that one")
+	}
+	pending := clk.Pending()
+	l.Close()
+	if got := clk.Pending(); got != pending-1 {
+		t.Fatalf("Close stopped %d sweepers, want only the built overage's", pending-got)
+	}
+	if built.Limit().Quantity != 1 {
+		t.Fatalf("built overage %v, want 10%% of 10 per minute = 1", built.Limit())
+	}
+}

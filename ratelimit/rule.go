@@ -101,6 +101,8 @@ type compiledRule struct {
 	bare    bool   // the key is the only entry's value alone
 	limit   Limit
 	decider FallbackDecider // Limiter, when it tells fallback decisions apart
+	// ownOverage is the overage limiter the layer built (and closes).
+	ownOverage *Memory
 }
 
 func validName(s string) bool {
