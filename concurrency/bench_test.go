@@ -102,19 +102,23 @@ func BenchmarkLocalRejected(b *testing.B) {
 }
 
 // BenchmarkRedis measures acquire + release against the test server: two
-// script calls, so two round trips, per request. Serial figures are the
+// script calls, so two round trips, per request (one with AsyncRelease,
+// whose removals go in batches). Serial figures are the
 // latency; parallel ones the throughput of one instance.
 func BenchmarkRedis(b *testing.B) {
 	c := newClient(b)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		async bool
 	}{
-		{"overall", Config{Limit: 1 << 40}},
-		{"overall+per-key", Config{Limit: 1 << 40, PerKey: 1 << 40}},
+		{"overall", Config{Limit: 1 << 40}, false},
+		{"overall+per-key", Config{Limit: 1 << 40, PerKey: 1 << 40}, false},
+		{"overall/async-release", Config{Limit: 1 << 40}, true},
 	} {
-		r := mustNewRedis(b, RedisConfig{Config: tc.cfg, Client: c, Prefix: redistest.Prefix(b), ExpectedInstances: 1, Timeout: time.Second})
+		r := mustNewRedis(b, RedisConfig{Config: tc.cfg, Client: c, Prefix: redistest.Prefix(b), ExpectedInstances: 1,
+			Timeout: time.Second, AsyncRelease: tc.async})
 		req := shed.Request{Key: "client-42"}
 		b.Run(tc.name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()

@@ -73,7 +73,9 @@
 // one) drop expired members (ZREMRANGEBYSCORE -inf now), then if ZCARD +
 // cost is within the limit ZADD the lease with score now+TTL, in every set,
 // and set each key's expiry to at least the TTL. Release is one script,
-// ZREM, which does nothing when the lease is gone already. A request of
+// ZREM, which does nothing when the lease is gone already; with
+// AsyncRelease, releases are gathered for about 5ms and sent in one
+// pipeline, so a request pays one round trip instead of two. A request of
 // cost c is c members ("id", "id#2", ...).
 //
 // Keys, with Prefix p (default "loadshed:concurrency"):

@@ -57,6 +57,11 @@ type RedisConfig struct {
 	// ProbeEvery is how often, while falling back, one request tries Redis
 	// again (default 250ms); the others go straight to the local share.
 	ProbeEvery time.Duration
+	// AsyncRelease, when set, makes Release return at once: removals are
+	// gathered and sent in one pipeline about 5ms later, so a request pays
+	// one round trip (its acquire) instead of two, and the fleet sees its
+	// slot free a few milliseconds late (default off).
+	AsyncRelease bool
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
@@ -159,6 +164,7 @@ type RedisLimiter struct {
 	renewEvery time.Duration
 	timeout    time.Duration
 	probeEvery time.Duration
+	async      bool
 	instance   string // this instance's random id, the first part of every member
 	allKey     string // the overall sorted set; "" without an overall limit
 
@@ -232,6 +238,7 @@ func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
 		renewEvery: cfg.RenewEvery,
 		timeout:    cfg.Timeout,
 		probeEvery: cfg.ProbeEvery,
+		async:      cfg.AsyncRelease,
 		instance:   hex.EncodeToString(id[:]),
 		local:      local,
 		held:       make(map[*redisLease]struct{}),
@@ -646,8 +653,8 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 	r.mu.Lock()
 	delete(r.held, e)
 	r.mu.Unlock()
-	if r.down.Load() != 0 {
-		// Redis is not answering: do not make the request wait on it.
+	if r.async || r.down.Load() != 0 {
+		// Batched, or Redis is not answering: do not make the request wait.
 		r.retryLater(e)
 		return
 	}

@@ -660,3 +660,32 @@ func TestRedisLostLease(t *testing.T) {
 		t.Fatalf("set holds %d, want 1", n)
 	}
 }
+
+func TestRedisAsyncRelease(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	c := newClient(t)
+	ctx := context.Background()
+	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 100, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
+		ExpectedInstances: 1, AsyncRelease: true})
+	var held []shed.Lease
+	for i := 0; i < 50; i++ {
+		ls, err := r.Acquire(ctx, shed.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	for i := range held {
+		held[i].Release(shed.Completed)
+	}
+	if n := zcard(t, c, r.OverallKey()); n != 50 {
+		t.Fatalf("removed before the batch went: %d left", n)
+	}
+	clock.Advance(flushSoon) // the batch goes, in one pipeline, inside Advance
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("%d left after the batch", n)
+	}
+	if r.Held() != 0 {
+		t.Fatalf("held %d", r.Held())
+	}
+}

@@ -153,6 +153,7 @@ func TestSoakRedisNeverLeaks(t *testing.T) {
 	cfg.Client = ca
 	a := mustNewRedis(t, cfg)
 	cfg.Client = cb
+	cfg.AsyncRelease = true // one host releases in batches
 	b := mustNewRedis(t, cfg)
 	local := mustNew(t, Config{PerKey: 2})
 	chainA, err := shed.NewChain(shed.Config{Layers: []shed.Layer{local, a}})
