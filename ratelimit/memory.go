@@ -2,12 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,12 +14,6 @@ import (
 
 // DefaultMaxKeys is MemoryConfig.MaxKeys when it is zero.
 const DefaultMaxKeys = 1 << 20
-
-// MaxKeyBytes is the longest key a Memory store keeps as given. Longer keys,
-// and keys that begin with '#', are replaced by '#' and a SHA-256 digest, so
-// a huge key costs a bounded amount of memory and no key given as is can
-// collide with a digest.
-const MaxKeyBytes = 256
 
 // MemoryConfig configures an in-memory store. The zero value is ready to use.
 type MemoryConfig struct {
@@ -48,6 +39,13 @@ type MemoryConfig struct {
 // Memory is the in-memory Limiter for one algorithm and one limit. It is
 // safe for concurrent use. Decisions on keys it already holds take no lock
 // shared across keys and allocate nothing. Call Close to stop its sweeper.
+//
+// Keys are held as 64-bit hashes (hash/maphash, seeded at random per
+// store), not as strings: a key of any length costs the same, and a lookup
+// touches no key bytes but the caller's. Two keys share a state only if
+// their hashes collide, with odds of about n²/2⁶⁵ among n live keys (one in
+// 36 million for a million keys), and the seed is secret, so no client can
+// aim for a collision.
 type Memory struct {
 	alg     Algorithm
 	limit   Limit
@@ -130,7 +128,7 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64) (Result, error
 	if key == "" || cost < 1 || cost > m.maxCost { // kept inline: CheckRequest is not
 		return Result{Limit: m.limit.Quantity}, CheckRequest(m.limit, m.alg, key, cost)
 	}
-	return m.core.allow(storedKey(key), m.now(), cost), nil
+	return m.core.allow(key, m.now(), cost), nil
 }
 
 // Refund gives back cost units taken for key: the bucket's tokens, the
@@ -140,7 +138,7 @@ func (m *Memory) Refund(_ context.Context, key string, cost int64) error {
 	if err := CheckRequest(m.limit, m.alg, key, cost); err != nil {
 		return err
 	}
-	m.core.refund(storedKey(key), m.now(), cost)
+	m.core.refund(key, m.now(), cost)
 	return nil
 }
 
@@ -182,23 +180,6 @@ func (m *Memory) sweepTick() {
 	}
 }
 
-// storedKey bounds the memory a key costs; see MaxKeyBytes.
-func storedKey(key string) string {
-	if len(key) <= MaxKeyBytes && key[0] != '#' {
-		return key
-	}
-	return digestKey(key)
-}
-
-// digestKey returns '#' and the unpadded base64url SHA-256 of key (44 bytes).
-func digestKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	var b [1 + 43]byte
-	b[0] = '#'
-	base64.RawURLEncoding.Encode(b[1:], sum[:])
-	return string(b[:])
-}
-
 // params is a limit in the integers the cells compute with.
 type params struct {
 	q      int64 // Quantity
@@ -235,20 +216,20 @@ type cell[E any] interface {
 // rest before evicting an arbitrary one: bounded work under the shard lock.
 const evictScan = 8
 
-// keyed is a sharded map from key to cell: a read-locked lookup, a
+// keyed is a sharded map from key hash to cell: a read-locked lookup, a
 // double-checked insert under the shard's write lock on a miss, and each
 // cell updated under its own synchronisation.
 type keyed[E any, C cell[E]] struct {
 	p        params
 	seed     maphash.Seed
-	mask     uint64
+	shift    uint // the hash's top bits pick the shard, the map hashes it again
 	shardCap int
 	shards   []shard[E]
 }
 
 type shard[E any] struct {
 	mu sync.RWMutex
-	m  map[string]*E
+	m  map[uint64]*E
 	_  [64 - 24 - 8]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -256,30 +237,35 @@ func newKeyed[E any, C cell[E]](p params, maxKeys int) *keyed[E, C] {
 	// Enough shards that parallel decisions rarely meet on one lock, but
 	// few enough that each holds at least 64 keys: a full shard evicts from
 	// its own keys, which must be a fair sample of the store's.
-	n := 1
+	n, bits := 1, uint(0)
 	for n < 256 && n*2*64 <= maxKeys {
 		n *= 2
+		bits++
 	}
-	k := &keyed[E, C]{p: p, seed: maphash.MakeSeed(), mask: uint64(n - 1), shardCap: maxKeys / n,
+	k := &keyed[E, C]{p: p, seed: maphash.MakeSeed(), shift: 64 - bits, shardCap: maxKeys / n,
 		shards: make([]shard[E], n)}
 	for i := range k.shards {
-		k.shards[i].m = make(map[string]*E)
+		k.shards[i].m = make(map[uint64]*E)
 	}
 	return k
 }
 
-func (k *keyed[E, C]) shardOf(key string) *shard[E] {
-	return &k.shards[maphash.String(k.seed, key)&k.mask]
+func (k *keyed[E, C]) shardOf(key string) (*shard[E], uint64) {
+	h := maphash.String(k.seed, key)
+	if k.shift == 64 {
+		return &k.shards[0], h
+	}
+	return &k.shards[h>>k.shift], h
 }
 
 func (k *keyed[E, C]) allow(key string, now, cost int64) Result {
-	sh := k.shardOf(key)
+	sh, h := k.shardOf(key)
 	for {
 		sh.mu.RLock()
-		e := sh.m[key]
+		e := sh.m[h]
 		sh.mu.RUnlock()
 		if e == nil {
-			e = k.insert(sh, key, now)
+			e = k.insert(sh, h, now)
 		}
 		if r, ok := C(e).take(&k.p, now, cost); ok {
 			return r
@@ -288,10 +274,10 @@ func (k *keyed[E, C]) allow(key string, now, cost int64) Result {
 }
 
 func (k *keyed[E, C]) refund(key string, now, cost int64) {
-	sh := k.shardOf(key)
+	sh, h := k.shardOf(key)
 	for {
 		sh.mu.RLock()
-		e := sh.m[key]
+		e := sh.m[h]
 		sh.mu.RUnlock()
 		if e == nil || C(e).giveBack(&k.p, now, cost) {
 			return
@@ -299,10 +285,10 @@ func (k *keyed[E, C]) refund(key string, now, cost int64) {
 	}
 }
 
-func (k *keyed[E, C]) insert(sh *shard[E], key string, now int64) *E {
+func (k *keyed[E, C]) insert(sh *shard[E], h uint64, now int64) *E {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[key]; e != nil {
+	if e := sh.m[h]; e != nil {
 		return e
 	}
 	if len(sh.m) >= k.shardCap {
@@ -310,13 +296,13 @@ func (k *keyed[E, C]) insert(sh *shard[E], key string, now int64) *E {
 	}
 	e := new(E)
 	C(e).init(&k.p, now)
-	sh.m[strings.Clone(key)] = e
+	sh.m[h] = e
 	return e
 }
 
 // evict removes one key from a full shard; the caller holds its lock.
 func (k *keyed[E, C]) evict(sh *shard[E], now int64) {
-	var first string
+	var first uint64
 	var firstCell *E
 	i := 0
 	for key, e := range sh.m { // map order is random: a fair sample

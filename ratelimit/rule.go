@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -262,4 +264,13 @@ func appendEscaped(b []byte, s string) []byte {
 		b = append(b, c)
 	}
 	return b
+}
+
+// digestKey returns '#' and the unpadded base64url SHA-256 of key (44 bytes).
+func digestKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b [1 + 43]byte
+	b[0] = '#'
+	base64.RawURLEncoding.Encode(b[1:], sum[:])
+	return string(b[:])
 }
