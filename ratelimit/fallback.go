@@ -27,21 +27,22 @@ func (r *Redis) redisUsable(now int64) (ok, probe bool) {
 	return true, true
 }
 
-// settle records how a round trip went: a success ends the fallback, an
-// outage starts (or extends) it for one probe interval. A round trip cut
-// short by the caller's own context says nothing about Redis.
+// settle records how a round trip went: an answer (even an error reply)
+// ends the fallback, an outage starts (or extends) it for one probe
+// interval. A round trip cut short by the caller's own context says nothing
+// about Redis.
 func (r *Redis) settle(ctx context.Context, probe bool, now int64, err error) {
 	if probe {
 		defer r.probing.Store(false)
 	}
-	if err == nil {
+	switch {
+	case ctx.Err() != nil:
+	case err != nil && isOutage(err):
+		r.downUntil.Store(now + r.probe)
+	default: // it answered, if only with an error for this key
 		if r.downUntil.Load() != 0 {
 			r.downUntil.Store(0)
 		}
-		return
-	}
-	if ctx.Err() == nil && isOutage(err) {
-		r.downUntil.Store(now + r.probe)
 	}
 }
 

@@ -162,6 +162,8 @@ func TestRedisBadInput(t *testing.T) {
 		{"batch fraction", c, TokenBucket, good, RedisConfig{Batch: BatchConfig{Fraction: 1.5}}, "RedisConfig.Batch.Fraction"},
 		{"batch age", c, TokenBucket, good, RedisConfig{Batch: BatchConfig{Fraction: .1, MaxAge: -1}}, "RedisConfig.Batch.MaxAge"},
 		{"no context timeout", redis.NewClient(redistest.Options(t)), TokenBucket, good, RedisConfig{}, "ContextTimeoutEnabled"},
+		{"no context timeout (cluster)", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{closedAddr(t)}}), TokenBucket, good, RedisConfig{}, "ContextTimeoutEnabled"},
+		{"no context timeout (ring)", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": closedAddr(t)}}), TokenBucket, good, RedisConfig{}, "ContextTimeoutEnabled"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,4 +227,34 @@ func TestRedisServerTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cluster client with ContextTimeoutEnabled is accepted (it is not asked
+// anything until the first decision).
+func TestRedisAcceptsClusterClient(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{closedAddr(t)}, ContextTimeoutEnabled: true})
+	defer c.Close()
+	r, err := NewRedis(c, SlidingWindow, PerSecond(10), RedisConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+}
+
+// Whatever the key, the Redis key is the layout with the key's digest as
+// its hash tag.
+func FuzzRedisKey(f *testing.F) {
+	for _, k := range []string{"", "k", "{", "}", "{k}", "a\nb", "\x00{}", strings.Repeat("}", 100)} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		rk := redisKey("p:", "tb", key)
+		tag := hashTag(rk)
+		if rk != "p:tb:{"+tag+"}" || len(tag) != 43 || strings.Trim(tag, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			t.Fatalf("key %q: redis key %q", key, rk)
+		}
+		if key != "" && redisKey("p:", "tb", key+"x") == rk {
+			t.Fatalf("keys %q and %q share %q", key, key+"x", rk)
+		}
+	})
 }
