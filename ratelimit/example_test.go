@@ -85,3 +85,48 @@ func ExampleNewLayer() {
 	// ok
 	// 429 rate limit exceeded (policy per-key), retry after 90s
 }
+
+type clientIPKey struct{}
+
+// Two limits at once: per client IP (which a middleware put in the
+// context) and per user (the request's key). A request the per-user rule
+// rejects is not charged to its IP.
+func ExampleRule_perIPAndPerUser() {
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	perIP, _ := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(100), ratelimit.MemoryConfig{Clock: clock})
+	perUser, _ := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(1), ratelimit.MemoryConfig{Clock: clock})
+	defer perIP.Close()
+	defer perUser.Close()
+
+	byIP := ratelimit.By("ip", func(ctx context.Context, _ shed.Request) string {
+		ip, _ := ctx.Value(clientIPKey{}).(string)
+		return ip
+	})
+	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Clock: clock, Rules: []ratelimit.Rule{
+		{Name: "per-ip", Descriptors: []ratelimit.Descriptor{byIP}, Limiter: perIP},
+		{Name: "per-user", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perUser},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer layer.Close()
+
+	ctx := context.WithValue(context.Background(), clientIPKey{}, "203.0.113.7")
+	for _, user := range []string{"alice", "alice", "bob"} {
+		lease, err := layer.Acquire(ctx, shed.Request{Key: user, Cost: 1})
+		var rj *shed.Rejection
+		if errors.As(err, &rj) {
+			fmt.Println(user, "rejected:", rj.Policies[0].Policy)
+			continue
+		}
+		fmt.Println(user, "admitted; tightest:", lease.Quota.Policy, "remaining", lease.Quota.Remaining)
+		lease.Release(shed.Completed)
+	}
+	r, _ := perIP.Allow(context.Background(), "203.0.113.7", 1)
+	fmt.Println("per-ip remaining:", r.Remaining)
+	// Output:
+	// alice admitted; tightest: per-user remaining 0
+	// alice rejected: per-user
+	// bob admitted; tightest: per-user remaining 0
+	// per-ip remaining: 97
+}
