@@ -64,3 +64,27 @@ func ExampleNewRedis_batched() {
 	// With 4 instances, at most 1000 + 4 × (100 − 1) = 1396 per window.
 	fmt.Println(ratelimit.BatchChunk(ratelimit.FixedWindow, limiter.Limit(), 0.1))
 }
+
+// When Redis does not answer, decisions come from this instance's share of
+// the limit, and Decide says so. (Nothing listens on port 1 here, so this
+// example runs without Redis.)
+func ExampleRedis_Decide_fallback() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := ratelimit.NewRedis(client, ratelimit.TokenBucket, ratelimit.PerMinute(6),
+		ratelimit.RedisConfig{ExpectedInstances: 3}) // a share of 2 per minute, burst 2
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+
+	for i := 0; i < 3; i++ {
+		res, fallback, err := limiter.Decide(context.Background(), "client-7", 1)
+		fmt.Println(res.Allowed, res.Remaining, fallback, err)
+	}
+	// Output:
+	// true 1 true <nil>
+	// true 0 true <nil>
+	// false 0 true <nil>
+}
