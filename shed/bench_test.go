@@ -2,7 +2,6 @@ package shed_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,89 +65,8 @@ func BenchmarkChainDo(b *testing.B) {
 	})
 }
 
-// grantPool is what Chain.Do would need to stop allocating: its Grant
-// (1280 bytes: eight inline leases) escapes to the heap because
-// Lease.Release passes a *Lease into the Releaser interface, which escape
-// analysis cannot see through.
-var grantPool = sync.Pool{New: func() any { return new(shed.Grant) }}
-
-// doPooled is Chain.Do with a pooled Grant, to measure that fix in the same
-// run as Do itself.
-func doPooled(c *shed.Chain, ctx context.Context, req shed.Request, fn func(context.Context) error) error {
-	g := grantPool.Get().(*shed.Grant)
-	defer grantPool.Put(g)
-	if err := c.Acquire(ctx, req, g); err != nil {
-		return err
-	}
-	returned := false
-	defer func() {
-		if !returned {
-			g.Release(shed.Failed)
-		}
-	}()
-	err := fn(ctx)
-	returned = true
-	g.Release(shed.OutcomeOf(ctx, err))
-	return err
-}
-
-// BenchmarkChainDoPooledGrant is BenchmarkChainDo with the Grant pooled.
-func BenchmarkChainDoPooledGrant(b *testing.B) {
-	c := benchChain(b, nil)
-	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := doPooled(c, ctx, benchReq, nothing); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := doPooled(c, ctx, benchReq, nothing); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
-}
-
-// BenchmarkChainAcquireRelease is the two-step use the HTTP middleware makes
-// of the chain.
-func BenchmarkChainAcquireRelease(b *testing.B) {
-	c := benchChain(b, nil)
-	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		var g shed.Grant
-		for b.Loop() {
-			if err := c.Acquire(ctx, benchReq, &g); err != nil {
-				b.Fatal(err)
-			}
-			g.Release(shed.Completed)
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			var g shed.Grant
-			for pb.Next() {
-				if err := c.Acquire(ctx, benchReq, &g); err != nil {
-					b.Error(err)
-					return
-				}
-				g.Release(shed.Completed)
-			}
-		})
-	})
-}
-
 // BenchmarkChainDoObserved adds an observer, which also reads the clock
-// twice per layer.
+// once per layer boundary.
 func BenchmarkChainDoObserved(b *testing.B) {
 	var n int
 	c := benchChain(b, shed.ObserverFunc(func(shed.Event) { n++ }))

@@ -504,3 +504,27 @@ func TestRejection(t *testing.T) {
 		}
 	}
 }
+
+// A layer that panics in Acquire must not leak the leases the layers before
+// it granted; the panic still reaches the caller.
+func TestChainLayerPanicReleasesEarlierLeases(t *testing.T) {
+	first, second := shedtest.NewLayer("first"), shedtest.NewLayer("second")
+	second.OnAcquire = func(context.Context, shed.Request) { panic("layer bug") }
+	c := chainOf(t, nil, first, second)
+	func() {
+		defer func() {
+			if r := recover(); r != "layer bug" {
+				t.Fatalf("recovered %v, want the layer's panic", r)
+			}
+		}()
+		var g shed.Grant
+		_ = c.Acquire(context.Background(), shed.Request{}, &g)
+		t.Fatal("Acquire returned; want the panic to propagate")
+	}()
+	if got := first.Released(shed.Unused); got != 1 {
+		t.Fatalf("first layer released %d leases Unused, want 1", got)
+	}
+	if first.Held() != 0 {
+		t.Fatalf("first layer still holds %d leases", first.Held())
+	}
+}

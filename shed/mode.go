@@ -181,6 +181,22 @@ const (
 	Deny
 )
 
+func (v Verdict) String() string {
+	switch v {
+	case Admit:
+		return "admit"
+	case AdmitOver:
+		return "admit-over"
+	case AdmitDryRun:
+		return "admit-dry-run"
+	case Wait:
+		return "wait"
+	case Deny:
+		return "deny"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(v))
+}
+
 // Decide turns "within the limit" and "within the ceiling" into a verdict,
 // applying mode, dry run and action in one place for every layer. soft tracks
 // the current overage episode for Soft mode; it may be nil for other modes.
@@ -245,11 +261,19 @@ func (s *Episode) Continue(now time.Time, max time.Duration) bool {
 	if t == 0 {
 		t = 1
 	}
-	if !s.since.CompareAndSwap(0, t) {
-		if now.Sub(time.Unix(0, s.since.Load())) > max {
-			s.spent.Store(true)
-			return false
+	since := s.since.Load()
+	if since == 0 {
+		if s.since.CompareAndSwap(0, t) {
+			return true
 		}
+		// Another request began the episode, or End ended it, in between.
+		if since = s.since.Load(); since == 0 {
+			return true
+		}
+	}
+	if now.Sub(time.Unix(0, since)) > max {
+		s.spent.Store(true)
+		return false
 	}
 	return true
 }

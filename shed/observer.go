@@ -1,6 +1,9 @@
 package shed
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // EventKind says what happened to a request at one layer.
 type EventKind uint8
@@ -92,7 +95,8 @@ func AdmittedEvent(layer string, req Request, l *Lease, latency time.Duration) E
 // cancelled wait, a rejection with status 0).
 func RejectedEvent(layer string, req Request, err error, latency time.Duration) Event {
 	e := Event{Layer: layer, Priority: req.Priority, Kind: Rejected, Latency: latency}
-	if r, ok := err.(*Rejection); ok {
+	var r *Rejection
+	if errors.As(err, &r) {
 		e.Status = r.Status
 		e.Queued = r.Waited > 0
 		e.Wait = r.Waited

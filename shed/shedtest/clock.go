@@ -85,7 +85,6 @@ func (c *Clock) Advance(d time.Duration) {
 		switch {
 		case t.done:
 		case !t.at.After(now):
-			t.done = true
 			due = append(due, t)
 		default:
 			keep = append(keep, t)
@@ -101,6 +100,15 @@ func (c *Clock) Advance(d time.Duration) {
 	})
 	var wg sync.WaitGroup
 	for _, t := range due {
+		// Marked done only now, so that an earlier callback of this same
+		// Advance can still stop it.
+		c.mu.Lock()
+		stopped := t.done
+		t.done = true
+		c.mu.Unlock()
+		if stopped {
+			continue
+		}
 		wg.Add(1)
 		go func(f func()) { defer wg.Done(); f() }(t.f)
 		wg.Wait() // one at a time, in order, each on its own goroutine
