@@ -119,10 +119,15 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		return nil, err
 	}
 	closeAll := func() { perKey.Close(); sheddable.Close() }
-	onlySheddable := shed.Sheddable
-	layers := []shed.Layer{
-		&limitLayer{name: "per-key", limiter: perKey},
-		&limitLayer{name: "sheddable-per-key", limiter: sheddable, only: &onlySheddable},
+	limits, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+		{Name: "sheddable-per-key", Descriptors: []ratelimit.Descriptor{
+			{Key: "priority", Value: shed.Sheddable.String()}, ratelimit.ByKey,
+		}, Limiter: sheddable},
+	}})
+	if err != nil {
+		closeAll()
+		return nil, err
 	}
 
 	var obs shed.Observer
@@ -138,7 +143,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 			fmt.Fprintln(stdout, line)
 		})
 	}
-	chain, err := shed.NewChain(shed.Config{Layers: layers, Observer: obs})
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{limits}, Observer: obs})
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -176,7 +181,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	r.Get("/v1/reports/{id}", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"report":"`+chi.URLParam(r, "id")+`","rows":[]}`+"\n")
 	})
-	return &app{handler: r, close: closeAll}, nil
+	return &app{handler: r, close: func() { limits.Close(); closeAll() }}, nil
 }
 
 // selfTest sends a bounded number of requests to the demo and prints the
