@@ -1,13 +1,8 @@
 package ratelimit
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,54 +274,11 @@ func TestRedisFallbackServerErrorIsNotOutage(t *testing.T) {
 	}
 }
 
-// startRedis runs a redis-server of the test's own on a free loopback port,
-// stopped when the test ends, and returns its address.
-func startRedis(t *testing.T) string {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed")
-	}
-	port := strings.TrimPrefix(closedAddr(t), "127.0.0.1:")
-	if _, err := strconv.Atoi(port); err != nil {
-		t.Fatal(port)
-	}
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "notice")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-				io.Copy(io.Discard, out)
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("redis-server exited before it was ready")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("redis-server did not start within 10s")
-	}
-	return "127.0.0.1:" + port
-}
-
 // A server paused with CLIENT PAUSE WRITE (as during a failover; ALL would
 // pause the UNPAUSE too on Redis 7.0) makes the store
 // fall back within its timeout; once unpaused, the store returns to it.
 func TestRedisFallbackPausedServer(t *testing.T) {
-	addr := startRedis(t)
+	addr := startRedis(t, redisReady)
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
