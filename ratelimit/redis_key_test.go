@@ -258,3 +258,25 @@ func FuzzRedisKey(f *testing.F) {
 		}
 	})
 }
+
+// A limit lowered while keys hold units taken under the old one: the new
+// limiter refuses until the units are gone and never reports a negative
+// remainder.
+func TestRedisLimitLowered(t *testing.T) {
+	c := testRedisClient(t)
+	for _, alg := range allAlgs {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := shedtest.NewClock(contractStart)
+			prefix := testPrefix(t)
+			old := fixedRedis(t, c, clk, alg, PerMinute(10), RedisConfig{Prefix: prefix, OverLimitKeys: -1})
+			lowered := fixedRedis(t, c, clk, alg, PerMinute(4), RedisConfig{Prefix: prefix, OverLimitKeys: -1})
+			if res, err := old.Allow(bg, "k", 8); err != nil || !res.Allowed {
+				t.Fatalf("old limit: %+v %v", res, err)
+			}
+			res, err := lowered.Allow(bg, "k", 1)
+			if err != nil || res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 {
+				t.Fatalf("lowered limit: %+v %v; want refused with nothing remaining", res, err)
+			}
+		})
+	}
+}

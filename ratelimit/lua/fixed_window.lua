@@ -38,4 +38,6 @@ local reset = 0
 if count > 0 then reset = left end
 local retry1 = 0
 if free < 1 then retry1 = left end
+-- A limit lowered since the units were taken can leave more than Q.
+if free < 0 then free = 0 end
 return {0, 0, free, left, reset, retry1}

@@ -68,4 +68,6 @@ if count > 0 then
 end
 local retry1 = 0
 if free < 1 then retry1 = wait_for_oldest(count + 1 - Q) end
+-- A limit lowered since the units were taken can leave more than Q.
+if free < 0 then free = 0 end
 return {0, 0, free, wait_for_oldest(count + want - Q), reset, retry1}
