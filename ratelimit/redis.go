@@ -96,7 +96,7 @@ type FallbackDecider interface {
 // Keys. <Prefix><algorithm>:{<base64url SHA-256 of the key>}: the digest is
 // the Cluster hash tag, so no key, whatever its bytes or length, can move
 // the tag or reach another key's state (see RedisKey). Every write sets a
-// PEXPIRE for as long as the state matters (a bucket until it is full, a
+// TTL for as long as the state matters (a bucket until it is full, a
 // window until it ends, the log until its newest unit expires), so idle keys
 // vanish; the log holds at most Quantity members.
 //
