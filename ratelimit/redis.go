@@ -271,16 +271,22 @@ func shareOf(l Limit, n int) Limit {
 // checkContextTimeout refuses the clients we can inspect whose
 // ContextTimeoutEnabled is off: their deadlines would be ignored.
 func checkContextTimeout(c redis.UniversalClient) error {
-	var on bool
+	var on, isNil bool
 	switch c := c.(type) {
 	case *redis.Client:
-		on = c.Options().ContextTimeoutEnabled
+		isNil = c == nil
+		on = !isNil && c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		on = c.Options().ContextTimeoutEnabled
+		isNil = c == nil
+		on = !isNil && c.Options().ContextTimeoutEnabled
 	case *redis.Ring:
-		on = c.Options().ContextTimeoutEnabled
+		isNil = c == nil
+		on = !isNil && c.Options().ContextTimeoutEnabled
 	default:
 		return nil
+	}
+	if isNil {
+		return errors.New("ratelimit: NewRedis: the redis client is nil")
 	}
 	if !on {
 		return errors.New("ratelimit: NewRedis: the redis client's options must set ContextTimeoutEnabled, or go-redis ignores RedisConfig.Timeout and a slow Redis stalls requests for its ReadTimeout")

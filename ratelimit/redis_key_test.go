@@ -148,6 +148,8 @@ func TestRedisBadInput(t *testing.T) {
 		field  string
 	}{
 		{"nil client", nil, TokenBucket, good, RedisConfig{}, "client is nil"},
+		{"typed nil client", (*redis.Client)(nil), TokenBucket, good, RedisConfig{}, "client is nil"},
+		{"typed nil cluster client", (*redis.ClusterClient)(nil), TokenBucket, good, RedisConfig{}, "client is nil"},
 		{"zero quantity", c, TokenBucket, Limit{Period: time.Second}, RedisConfig{}, "Limit.Quantity"},
 		{"negative quantity", c, FixedWindow, Limit{Quantity: -1, Period: time.Second}, RedisConfig{}, "Limit.Quantity"},
 		{"zero period", c, SlidingLog, Limit{Quantity: 1}, RedisConfig{}, "Limit.Period"},
