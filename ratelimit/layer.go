@@ -60,7 +60,10 @@ type LayerConfig struct {
 // own key (the first rule key it was denied on), highest priority first,
 // and is woken when its RetryAfter has passed or units are refunded. With
 // a LeakyBucket this shapes a key's traffic to the limit's constant rate
-// once the burst is spent (set Burst to 1 for strict spacing).
+// once the burst is spent (set Burst to 1 for strict spacing). A waiter is
+// granted by calling its rules' limiters under its queue's lock, so with a
+// Redis limiter the waiters of one key are served one round trip at a time.
+// Rules whose keys are equal strings share queues and soft episodes.
 type Layer struct {
 	rules []*compiledRule
 	enf   shed.Enforcement
