@@ -84,6 +84,8 @@ const (
 
 var algorithmNames = [...]string{"token-bucket", "leaky-bucket", "fixed-window", "sliding-log", "sliding-window"}
 
+// String returns the algorithm's name: "token-bucket", "leaky-bucket",
+// "fixed-window", "sliding-log" or "sliding-window".
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
