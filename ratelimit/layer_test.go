@@ -517,3 +517,57 @@ func TestLayerCloseLeavesCallersLimiters(t *testing.T) {
 		t.Fatalf("built overage %v, want 10%% of 10 per minute = 1", built.Limit())
 	}
 }
+
+// TestLayerQueueStress runs many queued requests, refunds and timeouts at
+// once (for the race detector) and checks that the units kept never exceed
+// the limit. The clock moves only while every request still running is
+// queued, so the test is as fast as the machine and never outruns it.
+func TestLayerQueueStress(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	const limit, workers = 20, 8
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 100, MaxWait: time.Second}},
+		Rules: []Rule{
+			{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerHour(limit))},
+			{Name: "ip", Descriptors: []Descriptor{byIP}, Limiter: mem(t, clk, SlidingLog, PerHour(1000))},
+		}})
+	var kept, refunded, rejected, active atomic.Int64
+	active.Store(workers)
+	for g := 0; g < workers; g++ {
+		go func(g int) {
+			defer active.Add(-1)
+			ctx := context.WithValue(context.Background(), ipKey{}, "10.0.0.9")
+			for i := 0; i < 10; i++ {
+				prio := shed.Priorities()[(g+i)%shed.NumPriorities]
+				lease, err := l.Acquire(ctx, shed.Request{Key: "hot", Priority: prio})
+				if err != nil {
+					rejected.Add(1)
+					continue
+				}
+				if (g+i)%2 == 0 {
+					lease.Release(shed.Unused)
+					refunded.Add(1)
+				} else {
+					lease.Release(shed.Completed)
+					kept.Add(1)
+				}
+			}
+		}(g)
+	}
+	for steps := 0; active.Load() > 0; {
+		if n := active.Load(); n == 0 || int64(queued(l)) != n {
+			runtime.Gosched()
+			continue
+		}
+		if steps++; steps > 2000 {
+			t.Fatalf("requests still waiting after %v of clock time", time.Duration(steps)*100*time.Millisecond)
+		}
+		clk.Advance(100 * time.Millisecond)
+	}
+	if k := kept.Load(); k > limit || k == 0 {
+		t.Fatalf("kept %d units, limit %d (refunded %d, rejected %d)", k, limit, refunded.Load(), rejected.Load())
+	}
+	if rejected.Load() == 0 {
+		t.Fatal("nothing timed out: the test exercises nothing")
+	}
+}
