@@ -192,17 +192,16 @@ type ticket struct {
 
 // attempt is one pass over the rules for a request.
 type attempt struct {
-	t          *ticket
-	cost       int64
-	overLimit  bool // some rule admitted it only from its overage
-	overCeil   bool // some rule denied it outright
-	never      bool // its cost can never be admitted
-	fallback   bool
-	tight      shed.Quota // the admitting rule closest to exhaustion
-	denied     shed.Quota // the rule that denied it
-	retry      time.Duration
-	overKey    string // the first rule key over its limit (soft episodes, queues)
-	deniedRule int
+	t         *ticket
+	cost      int64
+	overLimit bool // some rule admitted it only from its overage
+	overCeil  bool // some rule denied it outright
+	never     bool // its cost can never be admitted
+	fallback  bool
+	tight     shed.Quota // the admitting rule closest to exhaustion
+	denied    shed.Quota // the rule that denied it
+	retry     time.Duration
+	overKey   string // the first rule key over its limit (soft episodes, queues)
 }
 
 // try runs every rule that applies to req, taking cost units from each
@@ -213,7 +212,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 	t.n = 0
 	t.cost = a.cost
 	a.overLimit, a.overCeil, a.never, a.fallback = false, false, false, false
-	a.tight, a.denied, a.retry, a.overKey, a.deniedRule = shed.Quota{}, shed.Quota{}, 0, "", -1
+	a.tight, a.denied, a.retry, a.overKey = shed.Quota{}, shed.Quota{}, 0, ""
 	for i, c := range l.rules {
 		key, ok := c.key(ctx, req)
 		if !ok {
@@ -230,7 +229,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		}
 		if err != nil {
 			if errors.Is(err, ErrCostAboveBurst) {
-				a.never, a.overCeil, a.deniedRule = true, true, i
+				a.never, a.overCeil = true, true
 				a.denied = quotaOf(c, Result{Limit: c.limit.Quantity})
 				return
 			}
@@ -263,7 +262,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 				continue
 			}
 		}
-		a.overCeil, a.deniedRule, a.denied, a.retry = true, i, quotaOf(c, r), r.RetryAfter
+		a.overCeil, a.denied, a.retry = true, quotaOf(c, r), r.RetryAfter
 		return
 	}
 }

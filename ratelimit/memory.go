@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
@@ -61,7 +60,6 @@ type Memory struct {
 	sweepMu sync.Mutex
 	timer   shed.Timer
 	closed  bool
-	swept   atomic.Int64
 }
 
 // memCore is one algorithm's keyed state.
@@ -166,9 +164,7 @@ func (m *Memory) Close() error {
 // Sweep removes the keys that have been at rest for IdleAfter, as the
 // sweeper does, and reports how many it removed.
 func (m *Memory) Sweep() int {
-	n := m.core.sweep(m.now(), m.idle)
-	m.swept.Add(int64(n))
-	return n
+	return m.core.sweep(m.now(), m.idle)
 }
 
 func (m *Memory) sweepTick() {
