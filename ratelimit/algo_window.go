@@ -30,7 +30,7 @@ func (c *fixedCell) take(p *params, now, cost int64) (Result, bool) {
 		c.start, c.count = ws, 0
 	}
 	end := nanos(ws + p.period - now)
-	if c.count+cost > p.q {
+	if cost > p.q-c.count { // count ≤ Quantity: no overflow, unlike count+cost
 		return Result{Limit: p.q, Remaining: p.q - c.count, RetryAfter: end, ResetAfter: end}, true
 	}
 	c.count += cost
@@ -139,7 +139,7 @@ func (c *slidingCell) take(p *params, now, cost int64) (Result, bool) {
 	}
 	ws := c.roll(p, now)
 	used, reset := c.figures(p, now, ws)
-	if used+cost <= p.q {
+	if cost <= p.q-used {
 		c.cur += cost
 		used, reset = c.figures(p, now, ws)
 		return Result{Allowed: true, Limit: p.q, Remaining: max(p.q-used, 0), ResetAfter: nanos(reset)}, true
@@ -250,7 +250,7 @@ func (c *logCell) take(p *params, now, cost int64) (Result, bool) {
 		return Result{}, false
 	}
 	c.expire(p, now)
-	if c.used+cost <= p.q {
+	if cost <= p.q-c.used {
 		c.push(p, now, cost)
 		c.used += cost
 		return Result{Allowed: true, Limit: p.q, Remaining: p.q - c.used, ResetAfter: nanos(p.period)}, true
@@ -260,7 +260,7 @@ func (c *logCell) take(p *params, now, cost int64) (Result, bool) {
 	for i := 0; i < c.n; i++ {
 		e := c.at(i)
 		freed += e.cost
-		if c.used-freed+cost <= p.q {
+		if cost <= p.q-(c.used-freed) {
 			retry = e.t + p.period - now
 			break
 		}

@@ -150,9 +150,10 @@ var ErrInvalidCost = errors.New("ratelimit: cost must be at least 1")
 // Larger limits should use SlidingWindow.
 const MaxSlidingLogQuantity = 1 << 16
 
-// maxTolerance bounds Burst × Interval so that a Unix-nanosecond instant
-// plus it cannot overflow an int64 before the year 2262.
-const maxTolerance = int64(1) << 62
+// maxTolerance bounds Burst × Interval (about 73 years) so that a
+// Unix-nanosecond instant plus twice it cannot overflow an int64 before
+// the year 2262.
+const maxTolerance = int64(1) << 61
 
 // Interval is the emission interval of the token and leaky buckets: Period
 // divided by Quantity, rounded up to a whole nanosecond so that rounding can

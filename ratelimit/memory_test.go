@@ -333,3 +333,32 @@ func bytesPerKey(t testing.TB, alg Algorithm, n int) float64 {
 	m.Close()
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 }
+
+func TestMemoryExtremeLimitsDoNotOverflow(t *testing.T) {
+	// The largest limits ValidateFor accepts, driven to their bounds: the
+	// figures stay non-negative and a full burst is still admitted.
+	cases := []struct {
+		alg   Algorithm
+		limit Limit
+	}{
+		{TokenBucket, Limit{Quantity: 1, Period: time.Duration(maxTolerance), Burst: 1}},
+		{LeakyBucket, Limit{Quantity: 1 << 20, Period: time.Duration(maxTolerance), Burst: 1 << 20}},
+		{FixedWindow, Limit{Quantity: 1 << 62, Period: time.Duration(maxTolerance / 2)}},
+		{SlidingWindow, Limit{Quantity: 1 << 62, Period: time.Duration(maxTolerance / 2)}},
+		{SlidingLog, Limit{Quantity: MaxSlidingLogQuantity, Period: time.Duration(maxTolerance)}},
+	}
+	for _, c := range cases {
+		m, clk := newTestMemory(t, c.alg, c.limit, MemoryConfig{})
+		clk.Set(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
+		max := c.limit.MaxCost(c.alg)
+		for _, cost := range []int64{max, 1, max} {
+			r, err := m.Allow(context.Background(), "k", cost)
+			if err != nil || r.Remaining < 0 || r.RetryAfter < 0 || r.ResetAfter < 0 {
+				t.Fatalf("%v %v cost %d: %+v %v", c.alg, c.limit, cost, r, err)
+			}
+		}
+		if err := m.Refund(context.Background(), "k", max); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
