@@ -3,7 +3,7 @@
 # redis-server (scripts/redis.sh, as scripts/test.sh does), runs the bench
 # module's benchmarks -count times with -benchmem, saves the raw output in
 # bench/results/<UTC time>.raw (git-ignored) and prints benchstat summaries,
-# one table per group with the peers side by side. About 8 minutes on
+# one table per group with the peers side by side. About 5 minutes on
 # 2 cores.
 #
 #   ./scripts/bench.sh                       # everything, -count 6
