@@ -58,3 +58,16 @@ func (c *gcraCell) retire(_ *params, now, idle int64, force bool) bool {
 	}
 	return c.tat.CompareAndSwap(tat, dead)
 }
+
+func (c *gcraCell) moveTo(dst *gcraCell) bool {
+	for {
+		tat := c.tat.Load()
+		if tat == dead {
+			return false
+		}
+		if c.tat.CompareAndSwap(tat, dead) {
+			dst.tat.Store(tat)
+			return true
+		}
+	}
+}

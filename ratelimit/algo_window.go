@@ -301,3 +301,37 @@ func (c *logCell) retire(p *params, now, idle int64, force bool) bool {
 	c.dead = true
 	return true
 }
+
+func (c *fixedCell) moveTo(dst *fixedCell) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start == dead {
+		return false
+	}
+	dst.start, dst.count = c.start, c.count
+	c.start = dead
+	return true
+}
+
+func (c *slidingCell) moveTo(dst *slidingCell) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start == dead {
+		return false
+	}
+	dst.start, dst.cur, dst.prev = c.start, c.cur, c.prev
+	c.start = dead
+	return true
+}
+
+func (c *logCell) moveTo(dst *logCell) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return false
+	}
+	// The ring is handed over, not copied: the dead cell never touches it.
+	dst.used, dst.head, dst.n, dst.ring = c.used, c.head, c.n, c.ring
+	c.dead, c.ring, c.n = true, nil, 0
+	return true
+}

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -206,145 +205,15 @@ type cell[E any] interface {
 	// more decisions, so a decision racing with its removal is retried on
 	// the key's new cell instead of being lost.
 	retire(p *params, now, idle int64, force bool) bool
+	// moveTo copies the cell's state into dst, a new cell no other
+	// goroutine sees yet, and marks the cell dead, atomically with respect
+	// to take; false when it was dead already.
+	moveTo(dst *E) bool
 }
 
 // evictScan is how many keys of a full shard an insert looks at for one at
 // rest before evicting an arbitrary one: bounded work under the shard lock.
 const evictScan = 8
-
-// keyed is a sharded map from key hash to cell: a read-locked lookup, a
-// double-checked insert under the shard's write lock on a miss, and each
-// cell updated under its own synchronisation.
-type keyed[E any, C cell[E]] struct {
-	p        params
-	seed     maphash.Seed
-	shift    uint // the hash's top bits pick the shard, the map hashes it again
-	shardCap int
-	shards   []shard[E]
-}
-
-type shard[E any] struct {
-	mu sync.RWMutex
-	m  map[uint64]*E
-	_  [64 - 24 - 8]byte // keep neighbouring shards' locks off one cache line
-}
-
-func newKeyed[E any, C cell[E]](p params, maxKeys int) *keyed[E, C] {
-	// Enough shards that parallel decisions rarely meet on one lock, but
-	// few enough that each holds at least 64 keys: a full shard evicts from
-	// its own keys, which must be a fair sample of the store's.
-	n, bits := 1, uint(0)
-	for n < 256 && n*2*64 <= maxKeys {
-		n *= 2
-		bits++
-	}
-	k := &keyed[E, C]{p: p, seed: maphash.MakeSeed(), shift: 64 - bits, shardCap: maxKeys / n,
-		shards: make([]shard[E], n)}
-	for i := range k.shards {
-		k.shards[i].m = make(map[uint64]*E)
-	}
-	return k
-}
-
-func (k *keyed[E, C]) shardOf(key string) (*shard[E], uint64) {
-	h := maphash.String(k.seed, key)
-	if k.shift == 64 {
-		return &k.shards[0], h
-	}
-	return &k.shards[h>>k.shift], h
-}
-
-func (k *keyed[E, C]) allow(key string, now, cost int64) Result {
-	sh, h := k.shardOf(key)
-	for {
-		sh.mu.RLock()
-		e := sh.m[h]
-		sh.mu.RUnlock()
-		if e == nil {
-			e = k.insert(sh, h, now)
-		}
-		if r, ok := C(e).take(&k.p, now, cost); ok {
-			return r
-		}
-	}
-}
-
-func (k *keyed[E, C]) refund(key string, now, cost int64) {
-	sh, h := k.shardOf(key)
-	for {
-		sh.mu.RLock()
-		e := sh.m[h]
-		sh.mu.RUnlock()
-		if e == nil || C(e).giveBack(&k.p, now, cost) {
-			return
-		}
-	}
-}
-
-func (k *keyed[E, C]) insert(sh *shard[E], h uint64, now int64) *E {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.m[h]; e != nil {
-		return e
-	}
-	if len(sh.m) >= k.shardCap {
-		k.evict(sh, now)
-	}
-	e := new(E)
-	C(e).init(&k.p, now)
-	sh.m[h] = e
-	return e
-}
-
-// evict removes one key from a full shard; the caller holds its lock.
-func (k *keyed[E, C]) evict(sh *shard[E], now int64) {
-	var first uint64
-	var firstCell *E
-	i := 0
-	for key, e := range sh.m { // map order is random: a fair sample
-		if C(e).retire(&k.p, now, 0, false) {
-			delete(sh.m, key)
-			return
-		}
-		if firstCell == nil {
-			first, firstCell = key, e
-		}
-		if i++; i == evictScan {
-			break
-		}
-	}
-	if firstCell != nil {
-		C(firstCell).retire(&k.p, now, 0, true)
-		delete(sh.m, first)
-	}
-}
-
-func (k *keyed[E, C]) sweep(now, idle int64) int {
-	n := 0
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.mu.Lock()
-		for key, e := range sh.m {
-			if C(e).retire(&k.p, now, idle, false) {
-				delete(sh.m, key)
-				n++
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-func (k *keyed[E, C]) len() int {
-	n := 0
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
 
 // dead marks a retired cell in its time word.
 const dead = math.MinInt64
