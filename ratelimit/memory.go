@@ -106,7 +106,11 @@ func NewMemory(alg Algorithm, limit Limit, cfg MemoryConfig) (*Memory, error) {
 		m.monoBase = time.Now()
 		m.wallBase = m.monoBase.UnixNano()
 	}
+	// Under sweepMu: the first tick may fire, and re-arm the timer, before
+	// this assignment would otherwise be visible to it.
+	m.sweepMu.Lock()
 	m.timer = m.clock.AfterFunc(idle, m.sweepTick)
+	m.sweepMu.Unlock()
 	return m, nil
 }
 
