@@ -1,8 +1,9 @@
 // Command demo runs a small API behind loadshed, on in-memory defaults (no
 // Redis), so that you can watch it shed: a chi router whose routes are
-// annotated with priorities, and a rate-limit layer that answers 429 with
+// annotated with priorities, a rate-limit layer that answers 429 with
 // Retry-After, the RateLimit fields and a problem document once a key has
-// spent its quota.
+// spent its quota, and a concurrent-request layer that caps requests in
+// flight overall and per key.
 //
 //	go run ./examples/demo              # listens on 127.0.0.1:8080
 //	go run ./examples/demo -addr :9000  # elsewhere
@@ -29,6 +30,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 )
@@ -77,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "loadshed demo listening on %s (in memory, no Redis)\n", base)
 	fmt.Fprintf(stdout, "routes: POST /v1/charges (critical), GET /v1/balance (default), GET /v1/reports/{id} (sheddable)\n")
 	fmt.Fprintf(stdout, "limits: %d requests per minute per key; sheddable routes %d per minute per key\n", perKeyLimit, sheddableLimit)
+	fmt.Fprintf(stdout, "        at most %d requests in flight, %d per key\n", inFlightLimit, inFlightPerKeyLimit)
 	fmt.Fprintf(stdout, "try it (the third report request is rejected with 429):\n")
 	fmt.Fprintf(stdout, "  for i in 1 2 3; do curl -si -H 'X-API-Key: demo' %s/v1/reports/r_1; echo; done\n", base)
 
@@ -99,6 +102,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 const (
 	perKeyLimit    = 10
 	sheddableLimit = 2
+	// At most this many requests in flight in the process (503 above it)
+	// and per key (429 above it).
+	inFlightLimit       = 64
+	inFlightPerKeyLimit = 8
 )
 
 type app struct {
@@ -106,7 +113,8 @@ type app struct {
 	close   func()
 }
 
-// newApp builds the router, the chain and its layer. logDecisions prints
+// newApp builds the router and the chain: the request-rate layer, then the
+// concurrent-request layer. logDecisions prints
 // every decision the chain makes.
 func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	perKey, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(perKeyLimit), ratelimit.MemoryConfig{})
@@ -130,6 +138,15 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		return nil, err
 	}
 
+	inFlight, err := concurrency.New(concurrency.Config{
+		Limit: inFlightLimit, PerKey: inFlightPerKeyLimit, KeyBy: concurrency.ByKey,
+	})
+	if err != nil {
+		limits.Close()
+		closeAll()
+		return nil, err
+	}
+
 	var obs shed.Observer
 	if logDecisions {
 		obs = shed.ObserverFunc(func(e shed.Event) {
@@ -143,7 +160,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 			fmt.Fprintln(stdout, line)
 		})
 	}
-	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{limits}, Observer: obs})
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{limits, inFlight}, Observer: obs})
 	if err != nil {
 		closeAll()
 		return nil, err

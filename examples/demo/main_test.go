@@ -21,6 +21,7 @@ func TestSelfTest(t *testing.T) {
 		"Content-Type: application/problem+json",
 		"violated-policies",
 		"POST /v1/charges -> 201 Created",
+		`"in-flight-per-key";q=8;qu="concurrent-requests"`, // the concurrency layer's policy
 		"selftest: ok",
 	} {
 		if !strings.Contains(s, want) {
