@@ -111,7 +111,7 @@
 // limit ÷ ExpectedInstances rounded up, by a local Limiter (see Local); the
 // lease or rejection is marked Fallback and Fallbacks counts the switch. A
 // lease granted in fallback is released locally. While falling back, one
-// request every ProbeEvery (default 250ms) tries Redis again, and the first
+// request every ProbeInterval (default 250ms) tries Redis again, and the first
 // answer ends the fallback; the others do not wait on Redis at all.
 //
 // An acquire that ends without an answer (the caller's context ended, or the

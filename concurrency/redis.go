@@ -20,10 +20,10 @@ import (
 
 // Defaults of RedisConfig's optional fields.
 const (
-	DefaultPrefix     = "loadshed:concurrency"
-	DefaultTTL        = 10 * time.Second
-	DefaultTimeout    = 50 * time.Millisecond
-	DefaultProbeEvery = 250 * time.Millisecond
+	DefaultPrefix        = "loadshed:concurrency"
+	DefaultTTL           = 10 * time.Second
+	DefaultTimeout       = 50 * time.Millisecond
+	DefaultProbeInterval = 250 * time.Millisecond
 )
 
 // RedisConfig configures a RedisLimiter: the limits of Config, counted over
@@ -54,9 +54,9 @@ type RedisConfig struct {
 	// ≥ 1. While Redis does not answer, this instance admits its share:
 	// each limit ÷ ExpectedInstances, rounded up.
 	ExpectedInstances int
-	// ProbeEvery is how often, while falling back, one request tries Redis
+	// ProbeInterval is how often, while falling back, one request tries Redis
 	// again (default 250ms); the others go straight to the local share.
-	ProbeEvery time.Duration
+	ProbeInterval time.Duration
 	// AsyncRelease, when set, makes Release return at once: removals are
 	// gathered and sent in one pipeline about 5ms later, so a request pays
 	// one round trip (its acquire) instead of two, and the fleet sees its
@@ -77,8 +77,8 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
-	if c.ProbeEvery == 0 {
-		c.ProbeEvery = DefaultProbeEvery
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	return c
 }
@@ -122,8 +122,8 @@ func (c RedisConfig) Validate() error {
 	if c.ExpectedInstances < 1 {
 		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ExpectedInstances must be at least 1, got %d", c.ExpectedInstances))
 	}
-	if c.ProbeEvery < 0 {
-		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ProbeEvery must not be negative, got %v", c.ProbeEvery))
+	if c.ProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ProbeInterval must not be negative, got %v", c.ProbeInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -237,7 +237,7 @@ func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
 		ttl:        cfg.TTL,
 		renewEvery: cfg.RenewEvery,
 		timeout:    cfg.Timeout,
-		probeEvery: cfg.ProbeEvery,
+		probeEvery: cfg.ProbeInterval,
 		async:      cfg.AsyncRelease,
 		instance:   hex.EncodeToString(id[:]),
 		local:      local,

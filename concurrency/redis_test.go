@@ -469,7 +469,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	defer c.Close()
 	clock := shedtest.NewClock(t0)
 	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
-		Timeout: 30 * time.Millisecond, ProbeEvery: 100 * time.Millisecond, TTL: time.Minute})
+		Timeout: 30 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, TTL: time.Minute})
 	ctx := context.Background()
 
 	onRedis, err := r.Acquire(ctx, shed.Request{})
@@ -489,7 +489,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	if !r.Fallback() || r.Fallbacks() != 1 {
 		t.Fatalf("Fallback() %v, Fallbacks() %d", r.Fallback(), r.Fallbacks())
 	}
-	// The local share is 4 ÷ 2 = 2, and until ProbeEvery passes no request
+	// The local share is 4 ÷ 2 = 2, and until ProbeInterval passes no request
 	// tries Redis.
 	tried := px.accepted.Load()
 	_, err = r.Acquire(ctx, shed.Request{})
@@ -497,7 +497,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 		t.Fatalf("over the local share: %+v", rej)
 	}
 	if px.accepted.Load() != tried {
-		t.Fatal("a request tried Redis before ProbeEvery passed")
+		t.Fatal("a request tried Redis before ProbeInterval passed")
 	}
 	clock.Advance(100 * time.Millisecond)
 	start := time.Now()
@@ -510,7 +510,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 		t.Fatalf("a probe of a silent Redis took %v", d)
 	}
 	if px.accepted.Load() == tried {
-		t.Fatal("no probe after ProbeEvery")
+		t.Fatal("no probe after ProbeInterval")
 	}
 	// A lease from the fallback is released locally; one from Redis is
 	// queued for removal without waiting on Redis.
