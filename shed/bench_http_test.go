@@ -70,8 +70,8 @@ func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
 //   - bare-discard, shed-discard: a reusable writer that keeps nothing, to
 //     show the middleware's own cost and allocations (none) without the
 //     recorder's.
-//   - shed-quota: a layer that reports a quota, so the RateLimit fields are
-//     written on every admitted response.
+//   - shed-quota, shed-quota-discard: a layer that reports a quota, so the
+//     RateLimit fields are written on every admitted response.
 //   - chi-bare, chi-use: a chi router with four routes; the shedder is
 //     mounted with r.Use with route annotations, so it looks the route up
 //     before chi routes. The -mounted variants ask for a route of a
@@ -164,6 +164,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 	}
 	b.Run("bare-discard", discarding(bare))
 	b.Run("shed-discard", discarding(shedded))
+	b.Run("shed-quota-discard", discarding(withQuota))
 }
 
 // BenchmarkHTTPRejection prices answering a rejection: status, Retry-After,

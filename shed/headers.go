@@ -3,7 +3,10 @@ package shed
 import (
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Response header names, in canonical form so that they are set without
@@ -134,18 +137,151 @@ func (f quotaFields) add(q *Quota, over bool) quotaFields {
 // write adds the fields to h. They are added, not set, so that two shedders
 // on one request (a global one and a per-route one) both tell their
 // policies: several field lines of a structured list are one list.
-func (f *quotaFields) write(h http.Header, legacy bool, now time.Time) {
+//
+// The RateLimit-Policy value comes from policies (nil: built afresh), and
+// the RateLimit value and both []string the header map keeps share one
+// allocation (fieldValues); with legacy, the three X-RateLimit-* values
+// share another.
+func (f *quotaFields) write(h http.Header, legacy bool, now time.Time, policies *policyCache) {
 	if f.n == 0 {
 		return
 	}
-	h[HeaderRateLimitPolicy] = append(h[HeaderRateLimitPolicy], string(f.policy))
-	h[HeaderRateLimit] = append(h[HeaderRateLimit], string(f.limit))
+	policy := policies.intern(f.policy)
+	var pv, lv []string
+	if len(f.limit) <= len(fieldValues{}.buf) {
+		v := new(fieldValues)
+		v.vals[0] = v.str(f.limit)
+		v.vals[1] = policy
+		lv, pv = v.vals[0:1:1], v.vals[1:2:2]
+	} else {
+		lv, pv = []string{string(f.limit)}, []string{policy}
+	}
+	h[HeaderRateLimitPolicy] = addValue(h[HeaderRateLimitPolicy], pv)
+	h[HeaderRateLimit] = addValue(h[HeaderRateLimit], lv)
 	if legacy {
 		t := &f.tightest
-		var b [24]byte
-		h[HeaderXRateLimitLimit] = []string{string(sfInt(b[:0], t.Limit))}
-		h[HeaderXRateLimitRemaining] = []string{string(sfInt(b[:0], t.Remaining))}
+		v := new(legacyValues)
+		v.vals[0] = v.str(sfInt(v.buf[:0], t.Limit))
+		v.vals[1] = v.str(sfInt(v.buf[v.n:v.n], t.Remaining))
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
-		h[HeaderXRateLimitReset] = []string{string(sfInt(b[:0], now.Unix()+CeilSeconds(t.Reset)))}
+		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+CeilSeconds(t.Reset)))
+		h[HeaderXRateLimitLimit] = v.vals[0:1:1]
+		h[HeaderXRateLimitRemaining] = v.vals[1:2:2]
+		h[HeaderXRateLimitReset] = v.vals[2:3:3]
 	}
+}
+
+// addValue appends the one value of v to old, handing the header map v
+// itself when old is empty (the common case) instead of a new slice.
+func addValue(old, v []string) []string {
+	if len(old) == 0 {
+		return v
+	}
+	return append(old, v[0])
+}
+
+// fieldValues is one response's RateLimit and RateLimit-Policy values as
+// the header map holds them: the []string values and the bytes of the
+// RateLimit string, in one allocation instead of four. It is allocated per
+// response, never pooled: the header map may be read after the handler
+// returns (net/http writes the header of a handler that wrote nothing only
+// then, and wrappers such as http.TimeoutHandler copy the map's slices
+// later still), so nothing the map holds may be reused. Each value slice
+// has a capacity of one, so that an Add to the header reallocates instead
+// of writing over the neighbouring value.
+type fieldValues struct {
+	vals [2]string
+	buf  [64]byte
+}
+
+// str copies b (at most len(v.buf) bytes) into v.buf and returns it as a
+// string. The bytes are never written again once v is handed out, so the
+// string stays immutable, as unsafe.String requires.
+func (v *fieldValues) str(b []byte) string {
+	n := copy(v.buf[:], b)
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String(&v.buf[0], n)
+}
+
+// legacyValues is fieldValues for the three X-RateLimit-* values: each is
+// an sfInt (at most 15 digits) appended in turn to buf, n bytes used so far.
+type legacyValues struct {
+	vals [3]string
+	buf  [3 * 15]byte
+	n    int
+}
+
+// str returns b, appended at v.buf[v.n:], as a string, and marks its bytes
+// used (never written again). Should b not fit (it always does), it is
+// copied out instead.
+func (v *legacyValues) str(b []byte) string {
+	n := copy(v.buf[v.n:], b)
+	if n == 0 || n < len(b) {
+		return string(b)
+	}
+	s := unsafe.String(&v.buf[v.n], n)
+	v.n += n
+	return s
+}
+
+// maxCachedPolicies bounds a policyCache: layers have a handful of
+// policies, so more distinct values means names that vary per request,
+// which are then built afresh instead of filling memory.
+const maxCachedPolicies = 64
+
+// maxCachedPolicyLen bounds the length of a cached RateLimit-Policy value.
+const maxCachedPolicyLen = 512
+
+// policyCache interns RateLimit-Policy values. The value depends only on
+// the policies' names, quotas and windows, which are few and fixed, while
+// RateLimit's changes on every request: a warm cache answers without
+// allocating. Readers never lock: the map is immutable, replaced whole
+// (copy on write) under mu when a value is added.
+type policyCache struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]string]
+}
+
+// intern returns b as a string, the cached one when there is one.
+func (c *policyCache) intern(b []byte) string {
+	if c == nil {
+		return string(b)
+	}
+	if m := c.m.Load(); m != nil {
+		if s, ok := (*m)[string(b)]; ok {
+			return s
+		}
+	}
+	return c.add(b)
+}
+
+func (c *policyCache) add(b []byte) string {
+	s := string(b)
+	if len(s) > maxCachedPolicyLen {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 0
+	if old != nil {
+		if v, ok := (*old)[s]; ok {
+			return v
+		}
+		n = len(*old)
+	}
+	if n >= maxCachedPolicies {
+		return s
+	}
+	next := make(map[string]string, n+1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[s] = s
+	c.m.Store(&next)
+	return s
 }

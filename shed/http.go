@@ -127,6 +127,7 @@ type middleware struct {
 	legacy     bool
 	clock      Clock
 	states     sync.Pool
+	policies   policyCache
 }
 
 // Middleware checks cfg and returns net/http middleware that runs every
@@ -266,7 +267,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []Lease) {
 	for i := range leases {
 		f = f.add(&leases[i].Quota, leases[i].Over)
 	}
-	f.write(h, m.legacy, m.now())
+	f.write(h, m.legacy, m.now(), &m.policies)
 }
 
 func (m *middleware) now() (t time.Time) {
@@ -355,7 +356,7 @@ func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error)
 		m.onReject(w, r, rej)
 		return
 	}
-	writeRejection(w, rej, m.legacy, m.now())
+	writeRejection(w, rej, m.legacy, m.now(), &m.policies)
 }
 
 // asRejection is errors.As for a wrapped rejection, apart so that the

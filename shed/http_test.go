@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -909,3 +910,104 @@ func TestMiddlewareSkip(t *testing.T) {
 		t.Errorf("other request: %d, layer rejected %d", rec.Code, l.Rejected())
 	}
 }
+
+// quotaLayer admits everything with the quota quota(n) on its n-th lease
+// (n from 0), for tests whose quotas change from request to request.
+type quotaLayer struct {
+	name  string
+	mu    sync.Mutex
+	n     int
+	quota func(n int) shed.Quota
+}
+
+func (l *quotaLayer) Name() string { return l.name }
+
+func (l *quotaLayer) Acquire(context.Context, shed.Request) (shed.Lease, error) {
+	l.mu.Lock()
+	n := l.n
+	l.n++
+	l.mu.Unlock()
+	lease := shed.NewLease(l)
+	lease.Quota = l.quota(n)
+	return lease, nil
+}
+
+func (l *quotaLayer) Release(*shed.Lease, shed.Outcome) {}
+
+// TestMiddlewareQuotaFieldsPerResponse checks that each response's RateLimit
+// fields are its own: two shedders on one request add a field line each, a
+// handler may add its own, and neither that nor the responses that follow
+// change a response already answered, even with more distinct policies than
+// the middleware caches.
+func TestMiddlewareQuotaFieldsPerResponse(t *testing.T) {
+	outer := &quotaLayer{name: "outer", quota: func(n int) shed.Quota {
+		return shed.Quota{Policy: "p" + strconv.Itoa(n), Limit: int64(100 + n), Window: time.Minute, Remaining: int64(n), Reset: time.Duration(n) * time.Second}
+	}}
+	inner := &quotaLayer{name: "inner", quota: func(n int) shed.Quota {
+		return shed.Quota{Policy: "in-flight", Limit: 10, Remaining: int64(9 - n%10)}
+	}}
+	h := newMW(t, newChain(t, outer), shed.HTTPConfig{LegacyHeaders: true, Clock: shedtest.NewClock(time.Unix(1_700_000_000, 0))})(
+		newMW(t, newChain(t, inner), shed.HTTPConfig{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Add("RateLimit", `"handler";r=1`)
+			w.Header().Add("RateLimit-Policy", `"handler";q=2;w=1`)
+			w.Header().Add("X-RateLimit-Limit", "7")
+		})))
+	type answer struct {
+		h    http.Header
+		want map[string][]string
+	}
+	var answers []answer
+	for n := 0; n < 150; n++ {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		p := `"p` + strconv.Itoa(n) + `"`
+		remaining := strconv.Itoa(9 - n%10)
+		tightest := []string{strconv.Itoa(100 + n), strconv.Itoa(n), strconv.Itoa(1_700_000_000 + n)}
+		answers = append(answers, answer{rec.Result().Header, map[string][]string{
+			"Ratelimit-Policy":      {p + ";q=" + strconv.Itoa(100+n) + ";w=60", `"in-flight";q=10;qu="concurrent-requests"`, `"handler";q=2;w=1`},
+			"Ratelimit":             {p + ";r=" + strconv.Itoa(n) + ";t=" + strconv.Itoa(n), `"in-flight";r=` + remaining, `"handler";r=1`},
+			"X-Ratelimit-Limit":     {tightest[0], "7"},
+			"X-Ratelimit-Remaining": {tightest[1]},
+			"X-Ratelimit-Reset":     {tightest[2]},
+		}})
+	}
+	for n, a := range answers {
+		for k, want := range a.want {
+			if got := a.h[k]; strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Errorf("response %d: %s = %q, want %q", n, k, got, want)
+			}
+		}
+	}
+}
+
+// TestMiddlewareAdmitAllocationsWithQuota bounds what the RateLimit fields
+// cost: one allocation (RateLimit's value and both field lines' slices),
+// two with the legacy headers.
+func TestMiddlewareAdmitAllocationsWithQuota(t *testing.T) {
+	for _, tc := range []struct {
+		legacy bool
+		max    float64
+	}{{false, 1}, {true, 2}} {
+		l := shedtest.NewLayer("l")
+		l.Quota = perKey
+		h := newMW(t, newChain(t, l), shed.HTTPConfig{LegacyHeaders: tc.legacy})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		hdr := http.Header{}
+		w := &headerOnly{h: hdr}
+		h.ServeHTTP(w, r)
+		if got := hdr.Get("RateLimit"); got != `"per-key";r=99;t=30` {
+			t.Fatalf("RateLimit = %q", got)
+		}
+		if allocs := testing.AllocsPerRun(200, func() { clear(hdr); h.ServeHTTP(w, r) }); allocs > tc.max {
+			t.Errorf("legacy=%v: an admitted request with a quota allocates %v times in the middleware, want at most %v", tc.legacy, allocs, tc.max)
+		}
+	}
+}
+
+// headerOnly is a ResponseWriter that keeps only its header map.
+type headerOnly struct{ h http.Header }
+
+func (w *headerOnly) Header() http.Header         { return w.h }
+func (w *headerOnly) WriteHeader(int)             {}
+func (w *headerOnly) Write(b []byte) (int, error) { return len(b), nil }

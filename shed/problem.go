@@ -37,10 +37,14 @@ var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 // rejection's client-safe fields, never an internal error's text. Use it
 // from an OnReject that logs, counts or adds headers of its own first.
 func WriteRejection(w http.ResponseWriter, rej *Rejection) {
-	writeRejection(w, rej, false, time.Time{})
+	writeRejection(w, rej, false, time.Time{}, &rejectionPolicies)
 }
 
-func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time.Time) {
+// rejectionPolicies caches the RateLimit-Policy values of WriteRejection
+// called on its own (from an OnReject).
+var rejectionPolicies policyCache
+
+func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time.Time, policies *policyCache) {
 	h := w.Header()
 	if s := rej.RetryAfterSeconds(); s > 0 {
 		var b [20]byte
@@ -60,7 +64,7 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 		}
 		f = f.add(&q, false)
 	}
-	f.write(h, legacy, now)
+	f.write(h, legacy, now, policies)
 	status := rej.Status
 	if status < 400 || status > 599 {
 		status = http.StatusServiceUnavailable
