@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/redisgate"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -95,10 +96,8 @@ func (c RedisConfig) Validate() error {
 	if c.Enforcement.Action == shed.Queue {
 		errs = append(errs, errors.New("concurrency: RedisConfig.Enforcement.Action Queue is not supported fleet-wide: another host's release cannot wake a waiter here"))
 	}
-	if c.Client == nil {
-		errs = append(errs, errors.New("concurrency: RedisConfig.Client is required"))
-	} else if !contextTimeouts(c.Client) {
-		errs = append(errs, errors.New("concurrency: RedisConfig.Client must have ContextTimeoutEnabled set: without it go-redis ignores the Timeout"))
+	if err := redisgate.CheckClient(c.Client); err != nil {
+		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.Client: %w", err))
 	}
 	if strings.ContainsAny(c.Prefix, "{}") {
 		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.Prefix must not contain braces, got %q", c.Prefix))
@@ -128,20 +127,6 @@ func (c RedisConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// contextTimeouts reports whether the client honours context deadlines, for
-// the client types whose options can be read; others are trusted.
-func contextTimeouts(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
-}
-
 // RedisLimiter limits requests in flight across a fleet: each admitted
 // request is a lease in a Redis sorted set scored by its expiry, renewed in
 // batches while it runs, removed when it ends, and dropped by Redis after
@@ -163,16 +148,15 @@ type RedisLimiter struct {
 	ttl        time.Duration
 	renewEvery time.Duration
 	timeout    time.Duration
-	probeEvery time.Duration
 	async      bool
 	instance   string // this instance's random id, the first part of every member
 	allKey     string // the overall sorted set; "" without an overall limit
 
 	local *Limiter // the fallback: this instance's share
 	seq   atomic.Uint64
-	// down is 0 while Redis answers; while falling back, the unix nanos
-	// (local clock) after which one request may probe Redis again.
-	down  atomic.Int64
+	// gate keeps requests off Redis after an outage, but for one probe per
+	// ProbeInterval.
+	gate  *redisgate.Gate
 	epAll shed.Episode
 
 	mu      sync.Mutex
@@ -186,7 +170,7 @@ type RedisLimiter struct {
 }
 
 type redisStats struct {
-	lost, fallbacks atomic.Int64
+	lost atomic.Int64
 }
 
 // redisLease is what a lease held in Redis points at (Lease.Ref).
@@ -237,7 +221,7 @@ func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
 		ttl:        cfg.TTL,
 		renewEvery: cfg.RenewEvery,
 		timeout:    cfg.Timeout,
-		probeEvery: cfg.ProbeInterval,
+		gate:       redisgate.New(cfg.ProbeInterval),
 		async:      cfg.AsyncRelease,
 		instance:   hex.EncodeToString(id[:]),
 		local:      local,
@@ -261,7 +245,7 @@ func (r *RedisLimiter) Local() *Limiter { return r.local }
 
 // Fallback reports whether the limiter is deciding locally now because
 // Redis did not answer.
-func (r *RedisLimiter) Fallback() bool { return r.down.Load() != 0 }
+func (r *RedisLimiter) Fallback() bool { return r.gate.Down() }
 
 // Held returns how many leases this instance holds in Redis (and renews).
 func (r *RedisLimiter) Held() int {
@@ -275,7 +259,7 @@ func (r *RedisLimiter) Held() int {
 func (r *RedisLimiter) Lost() int64 { return r.stats.lost.Load() }
 
 // Fallbacks returns how many times the limiter switched to its local share.
-func (r *RedisLimiter) Fallbacks() int64 { return r.stats.fallbacks.Load() }
+func (r *RedisLimiter) Fallbacks() int64 { return r.gate.Outages() }
 
 // KeyFor returns the sorted set that counts req's key (its Request.Key or
 // Request.Route), or "" without a per-key limit. With an overall limit every
@@ -436,12 +420,8 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 	if err := ctx.Err(); err != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
 	}
-	if d := r.down.Load(); d != 0 {
-		now := r.clock.Now().UnixNano()
-		if now < d || !r.down.CompareAndSwap(d, now+int64(r.probeEvery)) {
-			return r.acquireLocal(ctx, req)
-		}
-		// This request probes Redis; the others stay local until it answers.
+	if r.gate.Down() && !r.gate.Try(r.clock.Now().UnixNano()) {
+		return r.acquireLocal(ctx, req)
 	}
 	cost := req.Units()
 	if over := r.neverFits(cost); over != none {
@@ -574,9 +554,7 @@ func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) (
 	if len(res) < 2 || (res[0] == 0 && (len(res) < 3 || res[1] < 1 || res[1] > int64(len(e.keys)))) {
 		return nil, fmt.Errorf("concurrency: unexpected reply from the acquire script: %v", res)
 	}
-	if r.down.Load() != 0 {
-		r.down.Store(0)
-	}
+	r.gate.Answered()
 	return res, nil
 }
 
@@ -589,11 +567,11 @@ func (r *RedisLimiter) failed(ctx context.Context, req shed.Request, e *redisLea
 	if ctx.Err() != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
 	}
-	if r.down.Load() == 0 {
-		if r.down.CompareAndSwap(0, r.clock.Now().Add(r.probeEvery).UnixNano()) {
-			r.stats.fallbacks.Add(1)
-		}
+	if redisgate.IsOutage(err) {
+		r.gate.Failed(r.clock.Now().UnixNano())
 	}
+	// Redis is down, slow, or refused this one request (an error reply):
+	// either way the local share decides it.
 	return r.acquireLocal(ctx, req)
 }
 
@@ -653,7 +631,7 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 	r.mu.Lock()
 	delete(r.held, e)
 	r.mu.Unlock()
-	if r.async || r.down.Load() != 0 {
+	if r.async || r.gate.Down() {
 		// Batched, or Redis is not answering: do not make the request wait.
 		r.retryLater(e)
 		return

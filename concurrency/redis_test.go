@@ -358,6 +358,7 @@ func TestRedisBadConfig(t *testing.T) {
 		field string
 	}{
 		{"nil client", func(c *RedisConfig) { c.Client = nil }, "RedisConfig.Client"},
+		{"typed nil client", func(c *RedisConfig) { var nc *redis.Client; c.Client = nc }, "RedisConfig.Client"},
 		{"no context timeouts", func(c *RedisConfig) { c.Client = plain }, "ContextTimeoutEnabled"},
 		{"zero limit", func(c *RedisConfig) { c.Limit = 0 }, "Config.Limit"},
 		{"negative limit", func(c *RedisConfig) { c.Limit = -5 }, "Config.Limit"},

@@ -1,0 +1,138 @@
+package redisgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestGateProbesOncePerInterval(t *testing.T) {
+	g := New(100)
+	if !g.Try(0) || g.Down() {
+		t.Fatal("a new gate must let requests through")
+	}
+	if !g.Failed(10) {
+		t.Fatal("the first failure must begin a fallback")
+	}
+	if g.Failed(20) {
+		t.Fatal("a second failure must not begin another fallback")
+	}
+	if g.Try(50) || g.Try(119) {
+		t.Fatal("no request may use Redis within the interval")
+	}
+	if !g.Try(120) {
+		t.Fatal("the first request after the interval must probe")
+	}
+	if g.Try(121) || g.Try(150) {
+		t.Fatal("only one request may probe")
+	}
+	g.Answered()
+	if !g.Try(151) || g.Down() {
+		t.Fatal("an answer must end the fallback")
+	}
+	if g.Outages() != 1 {
+		t.Fatalf("Outages() = %d, want 1", g.Outages())
+	}
+}
+
+func TestGateFailedProbeStartsAnotherInterval(t *testing.T) {
+	g := New(100)
+	g.Failed(0)
+	if !g.Try(100) {
+		t.Fatal("want a probe at the end of the interval")
+	}
+	g.Failed(130) // the probe timed out
+	if g.Try(229) {
+		t.Fatal("a failed probe must leave Redis alone for a whole interval")
+	}
+	if !g.Try(230) {
+		t.Fatal("want the next probe one interval after the failed one")
+	}
+}
+
+// Many requests racing at the end of an interval: exactly one probes.
+func TestGateOneProbeUnderRace(t *testing.T) {
+	g := New(int64ToDuration(1000))
+	g.Failed(0)
+	var probes atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if g.Try(1000) {
+				probes.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if probes.Load() != 1 {
+		t.Fatalf("%d probes, want 1", probes.Load())
+	}
+}
+
+func int64ToDuration(n int64) time.Duration { return time.Duration(n) }
+
+func TestIsOutage(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.DeadlineExceeded, true},
+		{&net.OpError{Op: "dial", Err: errors.New("refused")}, true},
+		{fmt.Errorf("wrapped: %w", redis.ErrClosed), true},
+		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redisError("ERR Error running script"), false},
+		{redisError("LOADING Redis is loading the dataset in memory"), true},
+		{redisError("READONLY You can't write against a read only replica."), true},
+		{redisError("CLUSTERDOWN The cluster is down"), true},
+		{fmt.Errorf("ctx: %w", redisError("BUSY Redis is busy running a script")), true},
+	} {
+		if got := IsOutage(tc.err); got != tc.want {
+			t.Errorf("IsOutage(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
+
+func TestCheckClient(t *testing.T) {
+	var typedNil *redis.Client
+	var typedNilCluster *redis.ClusterClient
+	on := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	off := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	clusterOff := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ringOn := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	defer on.Close()
+	defer off.Close()
+	defer clusterOff.Close()
+	defer ringOn.Close()
+	for _, tc := range []struct {
+		name string
+		c    redis.UniversalClient
+		want error
+	}{
+		{"nil", nil, ErrNilClient},
+		{"typed nil client", typedNil, ErrNilClient},
+		{"typed nil cluster", typedNilCluster, ErrNilClient},
+		{"context timeouts on", on, nil},
+		{"context timeouts off", off, ErrNoContextTimeout},
+		{"cluster off", clusterOff, ErrNoContextTimeout},
+		{"ring on", ringOn, nil},
+	} {
+		if got := CheckClient(tc.c); !errors.Is(got, tc.want) {
+			t.Errorf("%s: CheckClient = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
