@@ -1,6 +1,7 @@
 package shed
 
 import (
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"sync"
@@ -94,8 +95,17 @@ func appendPolicyItem(b []byte, q *Quota) []byte {
 // parameter loadshed-over, prefixed with our name as the draft asks of
 // implementation-specific parameters.
 func appendLimitItem(b []byte, q *Quota, over bool) []byte {
-	b = appendSFString(b, q.Policy)
-	b = append(b, ";r="...)
+	return appendLimitRest(appendLimitStart(b, q), q, over)
+}
+
+// appendLimitStart appends the part of a RateLimit item that does not
+// change from request to request: `"name";r=`.
+func appendLimitStart(b []byte, q *Quota) []byte {
+	return append(appendSFString(b, q.Policy), ";r="...)
+}
+
+// appendLimitRest appends the rest: `0;t=30`.
+func appendLimitRest(b []byte, q *Quota, over bool) []byte {
 	b = sfInt(b, q.Remaining)
 	if q.Window > 0 || q.Reset > 0 {
 		b = append(b, ";t="...)
@@ -107,34 +117,35 @@ func appendLimitItem(b []byte, q *Quota, over bool) []byte {
 	return b
 }
 
-// quotaFields collects quotas into the RateLimit-Policy and RateLimit field
-// values, and remembers the tightest one for the legacy headers. It is a
-// value threaded through add, not a pointer, so that its buffers can stay on
-// the caller's stack.
-type quotaFields struct {
-	policy, limit []byte
-	tightest      Quota
-	n             int
+// appendQuota appends q's items to the RateLimit-Policy and RateLimit
+// values being built, after a ", " when they already hold one. The buffers
+// are passed in and returned, not kept in a struct behind a pointer, so
+// that the callers' stack arrays stay on the stack.
+func appendQuota(policy, limit []byte, q *Quota, over bool) ([]byte, []byte) {
+	if len(policy) > 0 {
+		policy = append(policy, ", "...)
+		limit = append(limit, ", "...)
+	}
+	return appendPolicyItem(policy, q), appendLimitItem(limit, q, over)
 }
 
-func (f quotaFields) add(q *Quota, over bool) quotaFields {
-	if q.IsZero() {
-		return f
-	}
-	if f.n > 0 {
-		f.policy = append(f.policy, ", "...)
-		f.limit = append(f.limit, ", "...)
-	}
-	f.policy = appendPolicyItem(f.policy, q)
-	f.limit = appendLimitItem(f.limit, q, over)
-	if f.n == 0 || q.Remaining < f.tightest.Remaining {
-		f.tightest = *q
-	}
-	f.n++
-	return f
+// tightest remembers, for the legacy headers, the quota with the fewest
+// units remaining (the first of equals).
+type tightest struct {
+	limit, remaining int64
+	reset            time.Duration
+	set              bool
 }
 
-// write adds the fields to h. They are added, not set, so that two shedders
+func (t *tightest) see(q *Quota) {
+	if !t.set || q.Remaining < t.remaining {
+		*t = tightest{limit: q.Limit, remaining: q.Remaining, reset: q.Reset, set: true}
+	}
+}
+
+// writeQuotaFields adds the RateLimit-Policy and RateLimit values built by
+// appendQuota (nothing when they are empty) to h, and with legacy the
+// X-RateLimit-* values of t. They are added, not set, so that two shedders
 // on one request (a global one and a per-route one) both tell their
 // policies: several field lines of a structured list are one list.
 //
@@ -142,29 +153,39 @@ func (f quotaFields) add(q *Quota, over bool) quotaFields {
 // the RateLimit value and both []string the header map keeps share one
 // allocation (fieldValues); with legacy, the three X-RateLimit-* values
 // share another.
-func (f *quotaFields) write(h http.Header, legacy bool, now time.Time, policies *policyCache) {
-	if f.n == 0 {
+func writeQuotaFields(h http.Header, policy, limit []byte, t *tightest, legacy bool, now time.Time, policies *policyCache) {
+	if len(policy) == 0 {
 		return
 	}
-	policy := policies.intern(f.policy)
+	ps := policies.intern(policy)
 	var pv, lv []string
-	if len(f.limit) <= len(fieldValues{}.buf) {
+	if len(limit) <= len(fieldValues{}.buf) {
 		v := new(fieldValues)
-		v.vals[0] = v.str(f.limit)
-		v.vals[1] = policy
+		v.vals[0] = v.str(limit)
+		v.vals[1] = ps
 		lv, pv = v.vals[0:1:1], v.vals[1:2:2]
 	} else {
-		lv, pv = []string{string(f.limit)}, []string{policy}
+		lv, pv = []string{string(limit)}, []string{ps}
 	}
-	h[HeaderRateLimitPolicy] = addValue(h[HeaderRateLimitPolicy], pv)
-	h[HeaderRateLimit] = addValue(h[HeaderRateLimit], lv)
+	setQuotaFields(h, pv, lv, t, legacy, now)
+}
+
+// setQuotaFields adds the one-value slices pv (RateLimit-Policy) and lv
+// (RateLimit) to h, and with legacy the X-RateLimit-* values of t.
+func setQuotaFields(h http.Header, pv, lv []string, t *tightest, legacy bool, now time.Time) {
+	if len(h) == 0 {
+		// A fresh response's map: nothing to add to.
+		h[HeaderRateLimitPolicy], h[HeaderRateLimit] = pv, lv
+	} else {
+		h[HeaderRateLimitPolicy] = addValue(h[HeaderRateLimitPolicy], pv)
+		h[HeaderRateLimit] = addValue(h[HeaderRateLimit], lv)
+	}
 	if legacy {
-		t := &f.tightest
 		v := new(legacyValues)
-		v.vals[0] = v.str(sfInt(v.buf[:0], t.Limit))
-		v.vals[1] = v.str(sfInt(v.buf[v.n:v.n], t.Remaining))
+		v.vals[0] = v.str(sfInt(v.buf[:0], t.limit))
+		v.vals[1] = v.str(sfInt(v.buf[v.n:v.n], t.remaining))
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
-		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+CeilSeconds(t.Reset)))
+		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+CeilSeconds(t.reset)))
 		h[HeaderXRateLimitLimit] = v.vals[0:1:1]
 		h[HeaderXRateLimitRemaining] = v.vals[1:2:2]
 		h[HeaderXRateLimitReset] = v.vals[2:3:3]
@@ -192,6 +213,15 @@ func addValue(old, v []string) []string {
 type fieldValues struct {
 	vals [2]string
 	buf  [64]byte
+}
+
+// limitString returns RateLimit's value built by b, appended at
+// v.buf[:0]: the bytes are in v.buf unless they did not fit.
+func (v *fieldValues) limitString(b []byte) string {
+	if len(b) == 0 || len(b) > len(v.buf) || &b[0] != &v.buf[0] {
+		return string(b)
+	}
+	return unsafe.String(&v.buf[0], len(b))
 }
 
 // str copies b (at most len(v.buf) bytes) into v.buf and returns it as a
@@ -282,6 +312,132 @@ func (c *policyCache) add(b []byte) string {
 		}
 	}
 	next[s] = s
+	c.m.Store(&next)
+	return s
+}
+
+// maxCachedPolicySets bounds a policySets: a chain's layers report a
+// handful of policy sets; more means names that vary per request, whose
+// fields are then built afresh.
+const maxCachedPolicySets = 64
+
+// policySets caches, per distinct set of quota policies (each lease's
+// name, quota and window, in lease order), the RateLimit-Policy value and
+// the unchanging beginning of each RateLimit item, so that an admitted
+// request builds only the remaining units and reset times. It is found by
+// a hash of the leases' quotas, checked against the entry: a collision is
+// a miss. Readers never lock: the map is immutable, replaced whole (copy
+// on write) under mu when a set is added.
+type policySets struct {
+	seed maphash.Seed
+	// last is the set found last: most requests through one chain carry
+	// the same set, which is then found without hashing.
+	last atomic.Pointer[policySet]
+	mu   sync.Mutex
+	m    atomic.Pointer[map[uint64]*policySet]
+}
+
+// policySet is one cached set; immutable once published.
+type policySet struct {
+	keys   []policyKey
+	policy string   // the RateLimit-Policy value
+	starts []string // appendLimitStart of each quota, in order
+}
+
+// policyKey is what a RateLimit-Policy item depends on.
+type policyKey struct {
+	name   string
+	limit  int64
+	window time.Duration
+}
+
+func newPolicySets() *policySets { return &policySets{seed: maphash.MakeSeed()} }
+
+// lookup returns the set of the leases' quotas (at least one is not
+// zero), or nil when it is not cached and the cache is full.
+func (c *policySets) lookup(leases []Lease) *policySet {
+	if s := c.last.Load(); s != nil && s.matches(leases) {
+		return s
+	}
+	s := c.find(leases)
+	if s != nil {
+		c.last.Store(s)
+	}
+	return s
+}
+
+func (c *policySets) find(leases []Lease) *policySet {
+	var h uint64
+	for i := range leases {
+		if q := &leases[i].Quota; !q.IsZero() {
+			h = (h ^ maphash.String(c.seed, q.Policy) ^ uint64(q.Limit)*0x9e3779b97f4a7c15 ^ uint64(q.Window)*0xc2b2ae3d27d4eb4f) * 0x100000001b3
+		}
+	}
+	if m := c.m.Load(); m != nil {
+		if s := (*m)[h]; s != nil && s.matches(leases) {
+			return s
+		}
+	}
+	return c.add(h, leases)
+}
+
+func (s *policySet) matches(leases []Lease) bool {
+	j := 0
+	for i := range leases {
+		q := &leases[i].Quota
+		if q.IsZero() {
+			continue
+		}
+		if j == len(s.keys) {
+			return false
+		}
+		if k := &s.keys[j]; k.name != q.Policy || k.limit != q.Limit || k.window != q.Window {
+			return false
+		}
+		j++
+	}
+	return j == len(s.keys)
+}
+
+func (c *policySets) add(h uint64, leases []Lease) *policySet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 0
+	if old != nil {
+		if s := (*old)[h]; s != nil {
+			if s.matches(leases) {
+				return s
+			}
+			return nil // a collision: the first set keeps the slot
+		}
+		n = len(*old)
+	}
+	if n >= maxCachedPolicySets {
+		return nil
+	}
+	s := &policySet{}
+	var policy []byte
+	for i := range leases {
+		q := &leases[i].Quota
+		if q.IsZero() {
+			continue
+		}
+		if len(s.keys) > 0 {
+			policy = append(policy, ", "...)
+		}
+		policy = appendPolicyItem(policy, q)
+		s.keys = append(s.keys, policyKey{q.Policy, q.Limit, q.Window})
+		s.starts = append(s.starts, string(appendLimitStart(nil, q)))
+	}
+	s.policy = string(policy)
+	next := make(map[uint64]*policySet, n+1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[h] = s
 	c.m.Store(&next)
 	return s
 }

@@ -1,7 +1,9 @@
 package shed
 
 import (
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -56,5 +58,94 @@ func TestFieldValuesDoNotShareBytes(t *testing.T) {
 	var f fieldValues
 	if s := f.str(nil); s != "" {
 		t.Errorf("empty: %q", s)
+	}
+}
+
+// BenchmarkWriteLeaseFields prices the RateLimit fields of an admitted
+// request alone: one quota among four leases, into a reused header map.
+func BenchmarkWriteLeaseFields(b *testing.B) {
+	m := &middleware{sets: newPolicySets()}
+	leases := make([]Lease, 4)
+	leases[0].Quota = Quota{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 42, Reset: 17e9}
+	h := make(map[string][]string)
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(h)
+		m.writeLeaseFields(h, leases)
+	}
+}
+
+func TestPolicySets(t *testing.T) {
+	c := newPolicySets()
+	leases := func(qs ...Quota) []Lease {
+		ls := make([]Lease, len(qs)+1) // a lease without a quota among them
+		for i, q := range qs {
+			ls[i+1].Quota = q
+		}
+		return ls
+	}
+	a := leases(Quota{Policy: "per-key", Limit: 100, Window: 60e9}, Quota{Policy: "in-flight", Limit: 10})
+	b := leases(Quota{Policy: "per-key", Limit: 100, Window: 60e9})
+	sa, sb := c.lookup(a), c.lookup(b)
+	if sa == nil || sb == nil || sa == sb {
+		t.Fatalf("sets %p %p", sa, sb)
+	}
+	if want := `"per-key";q=100;w=60, "in-flight";q=10;qu="concurrent-requests"`; sa.policy != want {
+		t.Errorf("policy %q, want %q", sa.policy, want)
+	}
+	if len(sa.starts) != 2 || sa.starts[0] != `"per-key";r=` || sa.starts[1] != `"in-flight";r=` {
+		t.Errorf("starts %q", sa.starts)
+	}
+	for i := 0; i < 3; i++ { // alternating sets: each found again
+		if c.lookup(a) != sa || c.lookup(b) != sb {
+			t.Fatal("a cached set not found again")
+		}
+	}
+	// A set that hashes like a cached one but differs is a miss: never the
+	// other set's fields.
+	h := uint64(42)
+	c.add(h, a)
+	if s := c.add(h, b); s != nil {
+		t.Errorf("a colliding set got %q", s.policy)
+	}
+	if sa.matches(b) || sb.matches(a) || sb.matches(leases(Quota{Policy: "per-key", Limit: 100, Window: 30e9})) {
+		t.Error("matches accepts another set")
+	}
+	for i := 0; i < 2*maxCachedPolicySets; i++ {
+		c.lookup(leases(Quota{Policy: "p" + strconv.Itoa(i), Limit: 1}))
+	}
+	if n := len(*c.m.Load()); n != maxCachedPolicySets {
+		t.Errorf("%d sets cached, want the bound %d", n, maxCachedPolicySets)
+	}
+	if c.lookup(leases(Quota{Policy: "new", Limit: 1})) != nil {
+		t.Error("a full cache returned a set for a new policy")
+	}
+}
+
+// TestWriteLeaseFieldsMatchesBuilder checks the cached path against the
+// fields built afresh, for values that fit fieldValues and that do not.
+func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
+	long := strings.Repeat("n", 80)
+	for _, qs := range [][]Quota{
+		{{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 7, Reset: 1}},
+		{{Policy: long, Limit: 1 << 62, Window: 1, Remaining: 1 << 62, Reset: 1 << 62}, {Policy: "x\"y", Limit: 3, Remaining: -1}},
+	} {
+		ls := make([]Lease, len(qs))
+		var policy, limit []byte
+		for i := range qs {
+			ls[i].Quota, ls[i].Over = qs[i], i == 1
+			policy, limit = appendQuota(policy, limit, &qs[i], i == 1)
+		}
+		m := &middleware{sets: newPolicySets()}
+		for range 2 { // a miss, then a hit
+			h := http.Header{}
+			m.writeLeaseFields(h, ls)
+			if got := h[HeaderRateLimitPolicy]; len(got) != 1 || got[0] != string(policy) {
+				t.Errorf("RateLimit-Policy %q, want %q", got, policy)
+			}
+			if got := h[HeaderRateLimit]; len(got) != 1 || got[0] != string(limit) {
+				t.Errorf("RateLimit %q, want %q", got, limit)
+			}
+		}
 	}
 }

@@ -50,8 +50,9 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 		var b [20]byte
 		h[HeaderRetryAfter] = []string{string(strconv.AppendInt(b[:0], s, 10))}
 	}
-	var buf [2][256]byte
-	f := quotaFields{policy: buf[0][:0], limit: buf[1][:0]}
+	var pb, lb [256]byte
+	policy, limit := pb[:0], lb[:0]
+	var t tightest
 	for i := range rej.Policies {
 		q := rej.Policies[i]
 		// The draft asks that Retry-After not point before the end of the
@@ -62,9 +63,12 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 		if rej.RetryAfter > 0 && q.Reset > rej.RetryAfter {
 			q.Reset = rej.RetryAfter
 		}
-		f = f.add(&q, false)
+		if !q.IsZero() {
+			policy, limit = appendQuota(policy, limit, &q, false)
+			t.see(&q)
+		}
 	}
-	f.write(h, legacy, now, policies)
+	writeQuotaFields(h, policy, limit, &t, legacy, now, policies)
 	status := rej.Status
 	if status < 400 || status > 599 {
 		status = http.StatusServiceUnavailable
