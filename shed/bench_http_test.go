@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -218,5 +219,39 @@ func TestMiddlewareAdmitAllocations(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if allocs := testing.AllocsPerRun(200, func() { h.ServeHTTP(w, r) }); allocs > 0 {
 		t.Errorf("an admitted request allocates %v times in the middleware, want 0", allocs)
+	}
+}
+
+// TestMiddlewareRejectAllocations bounds what answering a rejection costs
+// the middleware: its header values in two allocations (the problem
+// document's fields and Retry-After; the RateLimit fields), and checks them.
+func TestMiddlewareRejectAllocations(t *testing.T) {
+	rej := shed.Throttled("ratelimit", shed.Request{}, "rate limit exceeded", 3*time.Second,
+		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
+	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := c.Middleware(shed.HTTPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(okHandler))
+	r := httptest.NewRequest("GET", "/", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	want := map[string]string{
+		"Content-Type": shed.ProblemContentType, "Content-Length": strconv.Itoa(rec.Body.Len()),
+		"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Retry-After": "3",
+		"Ratelimit-Policy": `"per-key";q=100;w=60`, "Ratelimit": `"per-key";r=0;t=3`,
+	}
+	for k, v := range want {
+		if got := rec.Header()[k]; len(got) != 1 || got[0] != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	w := &discard{h: http.Header{}}
+	if allocs := testing.AllocsPerRun(200, func() { h.ServeHTTP(w, r) }); allocs > 2 {
+		t.Errorf("a rejection allocates %v times in the middleware, want at most 2", allocs)
 	}
 }
