@@ -149,3 +149,23 @@ func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPolicySetsAlternating looks up two sets in turn from every
+// goroutine, as a layer whose tightest policy changes from request to
+// request makes the middleware do.
+func BenchmarkPolicySetsAlternating(b *testing.B) {
+	c := newPolicySets()
+	sets := [2][]Lease{make([]Lease, 2), make([]Lease, 2)}
+	sets[0][0].Quota = Quota{Policy: "per-key", Limit: 10}
+	sets[1][0].Quota = Quota{Policy: "overall", Limit: 100}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if c.lookup(sets[i&1]) == nil {
+				b.Error("not cached")
+			}
+			i++
+		}
+	})
+}
