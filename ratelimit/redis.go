@@ -184,7 +184,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	if r.probe == 0 {
 		r.probe = int64(DefaultProbeInterval)
 	}
-	r.args = newStaticArgs(limit)
+	r.args = newStaticArgs(alg, limit)
 	r.setTTLSlack(1)
 	if r.fallback == nil {
 		fb, err := NewMemory(alg, shareOf(limit, cfg.ExpectedInstances), MemoryConfig{Clock: cfg.Clock})

@@ -14,6 +14,12 @@ import (
 var (
 	//go:embed lua/prelude.lua
 	luaPrelude string
+	//go:embed lua/state.lua
+	luaState string
+	//go:embed lua/window.lua
+	luaWindow string
+	//go:embed lua/muldiv.lua
+	luaMuldiv string
 	//go:embed lua/bucket.lua
 	luaBucket string
 	//go:embed lua/fixed_window.lua
@@ -24,12 +30,14 @@ var (
 	luaSlidingLog string
 )
 
-// One script per algorithm, each the shared prelude and the algorithm's
-// body, run through EVALSHA and, when the server does not have it yet, EVAL.
+// One script per algorithm, each the shared prelude, the helpers it uses
+// and the algorithm's body, run through EVALSHA and, when the server does
+// not have it yet, EVAL. Redis runs the whole script on every call, making
+// each local function afresh, so a script holds only the helpers it calls.
 var (
-	scriptBucket        = redis.NewScript(luaPrelude + luaBucket)
-	scriptFixedWindow   = redis.NewScript(luaPrelude + luaFixedWindow)
-	scriptSlidingWindow = redis.NewScript(luaPrelude + luaSlidingWindow)
+	scriptBucket        = redis.NewScript(luaPrelude + luaState + luaBucket)
+	scriptFixedWindow   = redis.NewScript(luaPrelude + luaState + luaWindow + luaFixedWindow)
+	scriptSlidingWindow = redis.NewScript(luaPrelude + luaState + luaWindow + luaMuldiv + luaSlidingWindow)
 	scriptSlidingLog    = redis.NewScript(luaPrelude + luaSlidingLog)
 )
 
@@ -50,22 +58,34 @@ const (
 	opRefund = "r"
 )
 
-// staticArgs are the script arguments fixed by the limit, formatted and
-// boxed once, so that a decision does not allocate them again.
+// maxFigures is the most limit figures a script reads (ARGV[5…]).
+const maxFigures = 3
+
+// staticArgs are the script arguments fixed by the limit (ARGV[5…]: only
+// those the algorithm's script reads, each argument costing the server
+// and the client), formatted and boxed once, so that a decision does not
+// allocate them again.
 type staticArgs struct {
-	quantity, burst, period, periodSec, interval any
+	figures [maxFigures]any
+	n       int
 }
 
-func newStaticArgs(l Limit) staticArgs {
-	s := staticArgs{
-		quantity:  strconv.FormatInt(l.Quantity, 10),
-		burst:     strconv.FormatInt(l.BurstOrQuantity(), 10),
-		period:    strconv.FormatInt(int64(l.Period), 10),
-		periodSec: "0",
-		interval:  strconv.FormatInt(max(int64(l.Interval()), 1), 10),
-	}
-	if l.Period%time.Second == 0 {
-		s.periodSec = strconv.FormatInt(int64(l.Period/time.Second), 10)
+func newStaticArgs(alg Algorithm, l Limit) staticArgs {
+	f := func(v int64) any { return strconv.FormatInt(v, 10) }
+	var s staticArgs
+	switch alg {
+	case TokenBucket, LeakyBucket:
+		// tau and T: validateRedisLimit keeps Burst × T below 2^52.
+		t := max(int64(l.Interval()), 1)
+		s.figures, s.n = [maxFigures]any{f(l.BurstOrQuantity() * t), f(t)}, 2
+	case FixedWindow, SlidingWindow:
+		sec := int64(0)
+		if l.Period%time.Second == 0 {
+			sec = int64(l.Period / time.Second)
+		}
+		s.figures, s.n = [maxFigures]any{f(l.Quantity), f(int64(l.Period)), f(sec)}, 3
+	case SlidingLog:
+		s.figures, s.n = [maxFigures]any{f(l.Quantity), f(int64(l.Period))}, 2
 	}
 	return s
 }
@@ -74,14 +94,13 @@ func newStaticArgs(l Limit) staticArgs {
 var (
 	argAllow  any = opAllow
 	argRefund any = opRefund
-	argNone   any = ""
 )
 
 // callFrame holds one round trip's keys and arguments; frames are pooled,
 // as go-redis copies both into its own command before it returns.
 type callFrame struct {
 	keys [1]string
-	args [11]any
+	args [4 + maxFigures]any
 }
 
 var callFrames = sync.Pool{New: func() any { return new(callFrame) }}
@@ -116,17 +135,20 @@ func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (
 		callFrames.Put(f)
 	}()
 	f.keys[0] = r.RedisKey(key)
-	a := &r.args
-	f.args = [11]any{argAllow, want, takeMax, a.quantity, a.burst, a.period, a.periodSec, a.interval,
-		r.ttlSlackArg, argNone, argNone}
+	f.args[0] = argAllow
 	if op == opRefund {
 		f.args[0] = argRefund
 	}
 	if r.now != nil {
+		// A test's fixed clock rides in the op ("<op> <s> <ns>", see
+		// prelude.lua), so that no argument is spent on it otherwise.
 		t := r.now()
-		f.args[9], f.args[10] = strconv.FormatInt(t.Unix(), 10), strconv.Itoa(t.Nanosecond())
+		f.args[0] = op + " " + strconv.FormatInt(t.Unix(), 10) + " " + strconv.Itoa(t.Nanosecond())
 	}
-	v, err := r.script.Run(ctx, r.client, f.keys[:], f.args[:]...).Int64Slice()
+	f.args[1], f.args[2], f.args[3] = want, takeMax, r.ttlSlackArg
+	n := 4 + copy(f.args[4:], r.args.figures[:r.args.n])
+	args := f.args[:n]
+	v, err := r.script.Run(ctx, r.client, f.keys[:], args...).Int64Slice()
 	if err != nil {
 		return reply{}, err
 	}

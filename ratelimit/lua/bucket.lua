@@ -2,8 +2,9 @@
 -- per key, the instant the bucket will be full again, stored as "s n"
 -- (seconds, nanoseconds past them). T is the emission interval,
 -- Period/Quantity rounded up to a nanosecond as the in-memory store rounds
--- it, so both stores give the same figures.
-local tau = B * T
+-- it, so both stores give the same figures; tau = Burst * T.
+local tau = tonumber(ARGV[5])
+local T = tonumber(ARGV[6])
 local v = redis.call('GET', key)
 local tat = 0
 if v then

@@ -1,7 +1,11 @@
 -- Fixed window: a count for the current aligned window, stored as "s n c"
 -- (the window's start, the count); a count stored for any earlier window is
 -- stale and reads as zero.
-local off = window_offset()
+-- Q units per P ns (P_sec whole seconds, or 0).
+local Q = tonumber(ARGV[5])
+local P = tonumber(ARGV[6])
+local P_sec = tonumber(ARGV[7])
+local off = window_offset(P, P_sec)
 local left = P - off
 local v = redis.call('GET', key)
 local count = 0
