@@ -480,6 +480,11 @@ func allDigits(s string) bool {
 // "2001:db8::1"), or its IPv6 network ("2001:db8:1:2::/64") when
 // IPv6PrefixBits says so.
 func (c *ClientIP) Key(r *http.Request) (string, error) {
+	if c == nil || len(c.trusted) == 0 {
+		if host, ok := peerIPv4(r.RemoteAddr); ok {
+			return host, nil
+		}
+	}
 	a, text, err := c.addr(r)
 	if err != nil {
 		return "", err
@@ -497,4 +502,44 @@ func (c *ClientIP) Key(r *http.Request) (string, error) {
 		return text, nil
 	}
 	return a.String(), nil
+}
+
+// peerIPv4 returns the host of a peer address that is a canonical IPv4
+// address with a port ("192.0.2.7:5555"), the common case, checked in one
+// pass without building a netip.Addr. Anything else is not ok and takes
+// the general path, which gives the same key for what this accepts: the
+// text of a dotted quad netip accepts (four decimal fields of 0-255
+// without leading zeros) is its canonical form.
+func peerIPv4(s string) (string, bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i < len("0.0.0.0") || i > len("255.255.255.255") || !allDigits(s[i+1:]) {
+		return "", false
+	}
+	host := s[:i]
+	dots, n, digits := 0, 0, 0
+	for j := 0; j < len(host); j++ {
+		switch c := host[j]; {
+		case c >= '0' && c <= '9':
+			if digits == 1 && n == 0 {
+				return "", false // a leading zero
+			}
+			n = n*10 + int(c-'0')
+			digits++
+			if n > 255 {
+				return "", false
+			}
+		case c == '.':
+			if digits == 0 {
+				return "", false
+			}
+			dots++
+			n, digits = 0, 0
+		default:
+			return "", false
+		}
+	}
+	if dots != 3 || digits == 0 {
+		return "", false
+	}
+	return host, true
 }
