@@ -42,7 +42,9 @@ type RedisConfig struct {
 	// client must have ContextTimeoutEnabled set, or go-redis ignores the
 	// deadline and waits its own ReadTimeout (3s by default); NewRedis
 	// refuses a *redis.Client, *redis.ClusterClient or *redis.Ring without
-	// it.
+	// it. Round trips starting within Timeout/16 of each other share one
+	// deadline (no timer per call), so each gets between 15/16 of Timeout
+	// and Timeout; a caller's context due to end sooner is used as it is.
 	Timeout time.Duration
 	// ProbeInterval is how long the store decides from its local fallback
 	// after Redis failed, before it lets one request try Redis again
@@ -117,12 +119,13 @@ type Redis struct {
 	prefix string
 	algTag string
 
-	timeout  time.Duration
-	probe    int64 // ns
-	clock    shed.Clock
-	fallback Limiter
-	onFall   func(error)
-	ownsFall bool
+	timeout   time.Duration
+	deadlines *deadlineSlots
+	probe     int64 // ns
+	clock     shed.Clock
+	fallback  Limiter
+	onFall    func(error)
+	ownsFall  bool
 
 	args staticArgs
 
@@ -181,6 +184,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	if r.timeout == 0 {
 		r.timeout = DefaultRedisTimeout
 	}
+	r.deadlines = newDeadlineSlots(r.timeout)
 	if r.probe == 0 {
 		r.probe = int64(DefaultProbeInterval)
 	}

@@ -127,8 +127,7 @@ func (p reply) result(limit int64) Result {
 // call runs the algorithm's script for key under the store's timeout,
 // asking for at least want and at most takeMax units.
 func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
+	ctx = r.deadlines.bound(ctx)
 	f := callFrames.Get().(*callFrame)
 	defer func() {
 		*f = callFrame{}
