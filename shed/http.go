@@ -127,8 +127,10 @@ type middleware struct {
 	legacy     bool
 	clock      Clock
 	states     sync.Pool
-	policies   policyCache
-	sets       *policySets
+	// policies interns the RateLimit-Policy values of rejections; sets
+	// caches what admitted requests' fields need per set of policies.
+	policies policyCache
+	sets     *policySets
 }
 
 // Middleware checks cfg and returns net/http middleware that runs every
