@@ -147,12 +147,20 @@ func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (
 	f.args[1], f.args[2], f.args[3] = want, takeMax, r.ttlSlackArg
 	n := 4 + copy(f.args[4:], r.args.figures[:r.args.n])
 	args := f.args[:n]
-	v, err := r.script.Run(ctx, r.client, f.keys[:], args...).Int64Slice()
+	// Slice, not Int64Slice, which would copy the reply into a new []int64.
+	v, err := r.script.Run(ctx, r.client, f.keys[:], args...).Slice()
 	if err != nil {
 		return reply{}, err
 	}
-	if len(v) != 6 {
+	var n6 [6]int64
+	if len(v) != len(n6) {
 		return reply{}, fmt.Errorf("ratelimit: redis script for %v replied %d values, want 6", r.alg, len(v))
 	}
-	return reply{allowed: v[0] == 1, taken: v[1], remaining: v[2], retry: v[3], reset: v[4], retry1: v[5]}, nil
+	for i, x := range v {
+		var ok bool
+		if n6[i], ok = x.(int64); !ok {
+			return reply{}, fmt.Errorf("ratelimit: redis script for %v replied %T in place %d, want an integer", r.alg, x, i+1)
+		}
+	}
+	return reply{allowed: n6[0] == 1, taken: n6[1], remaining: n6[2], retry: n6[3], reset: n6[4], retry1: n6[5]}, nil
 }
