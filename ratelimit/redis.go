@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/redisgate"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -121,7 +121,6 @@ type Redis struct {
 
 	timeout   time.Duration
 	deadlines *deadlineSlots
-	probe     int64 // ns
 	clock     shed.Clock
 	fallback  Limiter
 	onFall    func(error)
@@ -132,11 +131,9 @@ type Redis struct {
 	over  *overLimitCache
 	batch *batcher
 
-	// downUntil is when, by clock, Redis may be tried again after a
-	// failure; zero while Redis answers. probing is held by the one request
-	// that tries it.
-	downUntil atomic.Int64
-	probing   atomic.Bool
+	// gate keeps requests off Redis after an outage, but for one probe
+	// per ProbeInterval.
+	gate *redisgate.Gate
 
 	// now, when set (by tests), replaces the server's TIME, so that step
 	// tables run at fixed instants. ttlSlack pads every PEXPIRE (ms).
@@ -153,16 +150,13 @@ var _ FallbackDecider = (*Redis)(nil)
 // *redis.ClusterClient or anything else implementing redis.UniversalClient;
 // it must have ContextTimeoutEnabled set (see RedisConfig.Timeout).
 func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg RedisConfig) (*Redis, error) {
-	if client == nil {
-		return nil, errors.New("ratelimit: NewRedis: the redis client is nil")
+	if err := redisgate.CheckClient(client); err != nil {
+		return nil, fmt.Errorf("ratelimit: NewRedis: %w", err)
 	}
 	if err := validateRedisLimit(alg, limit); err != nil {
 		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if err := checkContextTimeout(client); err != nil {
 		return nil, err
 	}
 	r := &Redis{
@@ -173,7 +167,6 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 		prefix:   cfg.Prefix,
 		algTag:   algKeyTags[alg],
 		timeout:  cfg.Timeout,
-		probe:    int64(cfg.ProbeInterval),
 		clock:    shed.ClockOr(cfg.Clock),
 		onFall:   cfg.OnFallback,
 		fallback: cfg.Fallback,
@@ -185,9 +178,11 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 		r.timeout = DefaultRedisTimeout
 	}
 	r.deadlines = newDeadlineSlots(r.timeout)
-	if r.probe == 0 {
-		r.probe = int64(DefaultProbeInterval)
+	probe := cfg.ProbeInterval
+	if probe == 0 {
+		probe = DefaultProbeInterval
 	}
+	r.gate = redisgate.New(probe)
 	r.args = newStaticArgs(alg, limit)
 	r.setTTLSlack(1)
 	if r.fallback == nil {
@@ -272,32 +267,6 @@ func shareOf(l Limit, n int) Limit {
 	return s
 }
 
-// checkContextTimeout refuses the clients we can inspect whose
-// ContextTimeoutEnabled is off: their deadlines would be ignored.
-func checkContextTimeout(c redis.UniversalClient) error {
-	var on, isNil bool
-	switch c := c.(type) {
-	case *redis.Client:
-		isNil = c == nil
-		on = !isNil && c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		isNil = c == nil
-		on = !isNil && c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		isNil = c == nil
-		on = !isNil && c.Options().ContextTimeoutEnabled
-	default:
-		return nil
-	}
-	if isNil {
-		return errors.New("ratelimit: NewRedis: the redis client is nil")
-	}
-	if !on {
-		return errors.New("ratelimit: NewRedis: the redis client's options must set ContextTimeoutEnabled, or go-redis ignores RedisConfig.Timeout and a slow Redis stalls requests for its ReadTimeout")
-	}
-	return nil
-}
-
 // Allow takes cost units for key if the limit allows it. When Redis does not
 // answer within the timeout it decides from the local fallback instead and
 // returns no error: use Decide to learn that it did. It returns an error
@@ -333,12 +302,19 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 // it went.
 func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int64, now time.Time) (reply, error) {
 	t := now.UnixNano()
-	ok, probe := r.redisUsable(t)
-	if !ok {
+	if !r.gate.Try(t) {
 		return reply{}, errRedisDown
 	}
 	rep, err := r.call(ctx, op, key, want, takeMax)
-	r.settle(ctx, probe, t, err)
+	switch {
+	case ctx.Err() != nil:
+		// Cut short by the caller's own context: says nothing about Redis.
+	case redisgate.IsOutage(err):
+		r.gate.Failed(t)
+	default:
+		// It answered, if only with an error for this key.
+		r.gate.Answered()
+	}
 	return rep, err
 }
 

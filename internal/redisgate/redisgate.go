@@ -68,6 +68,9 @@ func (g *Gate) Answered() {
 	}
 }
 
+// Interval is how long a failed Redis is left alone.
+func (g *Gate) Interval() time.Duration { return time.Duration(g.interval) }
+
 // Down reports whether the gate is in fallback.
 func (g *Gate) Down() bool { return g.down.Load() != 0 }
 
