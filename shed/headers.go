@@ -244,16 +244,20 @@ type legacyValues struct {
 	n    int
 }
 
-// str returns b, appended at v.buf[v.n:], as a string, and marks its bytes
-// used (never written again). Should b not fit (it always does), it is
-// copied out instead.
-func (v *legacyValues) str(b []byte) string {
-	n := copy(v.buf[v.n:], b)
+// str returns b, appended at v.buf[v.n:], as a string (see appendStable).
+func (v *legacyValues) str(b []byte) string { return appendStable(v.buf[:], &v.n, b) }
+
+// appendStable copies b into buf[*used:], marks those bytes used and
+// returns them as a string: they are never written again, so the string
+// stays immutable, as unsafe.String requires. Should b not fit (the callers
+// size buf so that it always does), it is copied out instead.
+func appendStable(buf []byte, used *int, b []byte) string {
+	n := copy(buf[*used:], b)
 	if n == 0 || n < len(b) {
 		return string(b)
 	}
-	s := unsafe.String(&v.buf[v.n], n)
-	v.n += n
+	s := unsafe.String(&buf[*used], n)
+	*used += n
 	return s
 }
 

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // Problem types (RFC 9457) for rejections, as
@@ -95,18 +94,8 @@ type problemValues struct {
 	n    int
 }
 
-// str returns b, appended at v.buf[v.n:], as a string, and marks its bytes
-// used (never written again). Should b not fit (it always does), it is
-// copied out instead.
-func (v *problemValues) str(b []byte) string {
-	n := copy(v.buf[v.n:], b)
-	if n == 0 || n < len(b) {
-		return string(b)
-	}
-	s := unsafe.String(&v.buf[v.n], n)
-	v.n += n
-	return s
-}
+// str returns b, appended at v.buf[v.n:], as a string (see appendStable).
+func (v *problemValues) str(b []byte) string { return appendStable(v.buf[:], &v.n, b) }
 
 func writeProblemValues(w http.ResponseWriter, status int, detail string, policies []Quota, pv *problemValues) {
 	typ, title := "about:blank", http.StatusText(status)
