@@ -51,9 +51,11 @@ type RedisConfig struct {
 	// Timeout bounds each Redis call on the request path (default 50ms).
 	// Past it the request is decided by the local share instead.
 	Timeout time.Duration
-	// ExpectedInstances is how many instances share the limits. Required,
-	// ≥ 1. While Redis does not answer, this instance admits its share:
-	// each limit ÷ ExpectedInstances, rounded up.
+	// ExpectedInstances is how many instances share the limits (default 1,
+	// as in ratelimit.RedisConfig). While Redis does not answer, this
+	// instance admits its share: each limit ÷ ExpectedInstances, rounded
+	// up. Set it to the fleet's size, or an outage lets every instance admit
+	// the whole limit.
 	ExpectedInstances int
 	// ProbeInterval is how often, while falling back, one request tries Redis
 	// again (default 250ms); the others go straight to the local share.
@@ -80,6 +82,9 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.ExpectedInstances == 0 {
+		c.ExpectedInstances = 1
 	}
 	return c
 }
@@ -118,8 +123,8 @@ func (c RedisConfig) Validate() error {
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.Timeout must not be negative, got %v", c.Timeout))
 	}
-	if c.ExpectedInstances < 1 {
-		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ExpectedInstances must be at least 1, got %d", c.ExpectedInstances))
+	if c.ExpectedInstances < 0 {
+		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ExpectedInstances must not be negative, got %d", c.ExpectedInstances))
 	}
 	if c.ProbeInterval < 0 {
 		errs = append(errs, fmt.Errorf("concurrency: RedisConfig.ProbeInterval must not be negative, got %v", c.ProbeInterval))

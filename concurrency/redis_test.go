@@ -365,7 +365,7 @@ func TestRedisBadConfig(t *testing.T) {
 		{"ttl below renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, 2*time.Second }, "RedisConfig.TTL"},
 		{"ttl equals renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, time.Second }, "RedisConfig.TTL"},
 		{"negative ttl", func(c *RedisConfig) { c.TTL = -1 }, "RedisConfig.TTL"},
-		{"instances", func(c *RedisConfig) { c.ExpectedInstances = 0 }, "RedisConfig.ExpectedInstances"},
+		{"negative instances", func(c *RedisConfig) { c.ExpectedInstances = -1 }, "RedisConfig.ExpectedInstances"},
 		{"braces in prefix", func(c *RedisConfig) { c.Prefix = "a{b}" }, "RedisConfig.Prefix"},
 		{"negative timeout", func(c *RedisConfig) { c.Timeout = -1 }, "RedisConfig.Timeout"},
 		{"adaptive", func(c *RedisConfig) { c.Adaptive = &Adaptive{Floor: 1, Ceiling: 2} }, "RedisConfig.Adaptive"},
@@ -688,5 +688,28 @@ func TestRedisAsyncRelease(t *testing.T) {
 	}
 	if r.Held() != 0 {
 		t.Fatalf("held %d", r.Held())
+	}
+}
+
+// ExpectedInstances left at zero means one instance, as in ratelimit: the
+// local share is the whole limit.
+func TestRedisExpectedInstancesDefault(t *testing.T) {
+	r, err := NewRedis(RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: ByKey}, Client: newClient(t),
+		Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.Local().Limit(); got != 10 {
+		t.Fatalf("local share %d, want the whole limit 10", got)
+	}
+	r3, err := NewRedis(RedisConfig{Config: Config{Limit: 10}, Client: newClient(t),
+		Prefix: redistest.Prefix(t), ExpectedInstances: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r3.Close()
+	if got := r3.Local().Limit(); got != 4 {
+		t.Fatalf("local share %d of 10 over 3 instances, want 4 (rounded up)", got)
 	}
 }

@@ -51,7 +51,9 @@ type RedisConfig struct {
 	// (default DefaultProbeInterval). A dead Redis thus costs one timeout per
 	// interval, not one per request.
 	ProbeInterval time.Duration
-	// ExpectedInstances is how many processes share the limit (default 1).
+	// ExpectedInstances is how many processes share the limit (default 1;
+	// set it to the fleet's size, or an outage lets every instance admit the
+	// whole limit).
 	// While Redis is unreachable each one enforces its share of the limit,
 	// Quantity and Burst divided by ExpectedInstances (at least 1 each).
 	ExpectedInstances int
