@@ -131,16 +131,20 @@ func appendQuota(policy, limit []byte, q *Quota, over bool) ([]byte, []byte) {
 }
 
 // tightest remembers, for the legacy headers, the quota with the fewest
-// units remaining (the first of equals).
+// units remaining (the first of equals). The X-RateLimit-* headers describe
+// a rate limit, so a quota with a window wins over any without one (a limit
+// on requests in flight, whose "reset" would only ever be now); those count
+// only when no quota has a window.
 type tightest struct {
 	limit, remaining int64
 	reset            time.Duration
-	set              bool
+	windowed, set    bool
 }
 
 func (t *tightest) see(q *Quota) {
-	if !t.set || q.Remaining < t.remaining {
-		*t = tightest{limit: q.Limit, remaining: q.Remaining, reset: q.Reset, set: true}
+	w := q.Window > 0
+	if !t.set || (w && !t.windowed) || (w == t.windowed && q.Remaining < t.remaining) {
+		*t = tightest{limit: q.Limit, remaining: q.Remaining, reset: q.Reset, windowed: w, set: true}
 	}
 }
 

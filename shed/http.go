@@ -104,8 +104,10 @@ type HTTPConfig struct {
 	// response (see WriteRejection); nothing else is written for it.
 	OnReject func(w http.ResponseWriter, r *http.Request, rej *Rejection)
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (a Unix time) for the tightest quota, for clients
-	// that only know those.
+	// X-RateLimit-Reset (a Unix time) for the tightest rate quota (the one
+	// with the fewest units left among those with a window; a limit on
+	// requests in flight only when no quota has a window), for clients that
+	// only know those.
 	LegacyHeaders bool
 	// Clock is read for X-RateLimit-Reset (default SystemClock).
 	Clock Clock

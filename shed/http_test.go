@@ -302,6 +302,34 @@ func TestMiddlewareLegacyHeaders(t *testing.T) {
 	}
 }
 
+// The legacy headers describe a rate limit: an in-flight quota (no window)
+// with fewer units left must not displace the rate quota, as it did in the
+// demo (X-RateLimit-Limit: 8, a Reset of now).
+func TestMiddlewareLegacyHeadersPreferRateQuotas(t *testing.T) {
+	clock := shedtest.NewClock(time.Unix(1_700_000_000, 0))
+	rate := shedtest.NewLayer("rl")
+	rate.Quota = shed.Quota{Policy: "per-key", Limit: 10, Window: time.Minute, Remaining: 9, Reset: 6 * time.Second}
+	inFlight := shedtest.NewLayer("concurrency")
+	inFlight.Quota = shed.Quota{Policy: "in-flight-per-key", Limit: 8, Remaining: 7}
+	for _, order := range [][]shed.Layer{{rate, inFlight}, {inFlight, rate}} {
+		rec := httptest.NewRecorder()
+		newMW(t, newChain(t, order...), shed.HTTPConfig{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
+			ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		h := rec.Header()
+		if h.Get("X-RateLimit-Limit") != "10" || h.Get("X-RateLimit-Remaining") != "9" || h.Get("X-RateLimit-Reset") != "1700000006" {
+			t.Errorf("layers %s, %s: legacy headers = %q %q %q, want the rate quota: 10 9 1700000006", order[0].Name(), order[1].Name(),
+				h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("X-RateLimit-Reset"))
+		}
+	}
+	// With only an in-flight quota, it is the one described.
+	rec := httptest.NewRecorder()
+	newMW(t, newChain(t, inFlight), shed.HTTPConfig{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if h := rec.Header(); h.Get("X-RateLimit-Limit") != "8" || h.Get("X-RateLimit-Remaining") != "7" {
+		t.Errorf("in-flight only: legacy headers = %q %q, want 8 7", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
+	}
+}
+
 func TestMiddlewareOnRejectReplacesEverything(t *testing.T) {
 	l := shedtest.NewLayer("l")
 	l.Reject(shed.Throttled("l", shed.Request{}, "no", time.Minute, perKey))
