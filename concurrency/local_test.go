@@ -25,15 +25,6 @@ func mustNew(t testing.TB, cfg Config) *Limiter {
 	return l
 }
 
-func rejection(t *testing.T, err error) *shed.Rejection {
-	t.Helper()
-	var r *shed.Rejection
-	if !errors.As(err, &r) {
-		t.Fatalf("want a *shed.Rejection, got %v", err)
-	}
-	return r
-}
-
 func TestOverallLimit(t *testing.T) {
 	l := mustNew(t, Config{Limit: 3})
 	ctx := context.Background()
@@ -49,7 +40,7 @@ func TestOverallLimit(t *testing.T) {
 		leases = append(leases, ls)
 	}
 	_, err := l.Acquire(ctx, shed.Request{Key: "b", Priority: shed.Critical})
-	r := rejection(t, err)
+	r := shedtest.Rejection(t, err)
 	if r.Status != http.StatusServiceUnavailable || r.Layer != "concurrency" || r.Priority != shed.Critical {
 		t.Fatalf("rejection %+v", r)
 	}
@@ -77,7 +68,7 @@ func TestPerKeyIsTheClientsOwnLimit(t *testing.T) {
 		}
 	}
 	_, err := l.Acquire(ctx, shed.Request{Key: "alice"})
-	r := rejection(t, err)
+	r := shedtest.Rejection(t, err)
 	if r.Status != http.StatusTooManyRequests || r.Policies[0].Policy != PolicyPerKey || r.Policies[0].Limit != 2 {
 		t.Fatalf("rejection %+v", r)
 	}
@@ -104,7 +95,7 @@ func TestPerRouteIsTheServicesLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := l.Acquire(ctx, shed.Request{Key: "b", Route: "GET /x"})
-	r := rejection(t, err)
+	r := shedtest.Rejection(t, err)
 	if r.Status != http.StatusServiceUnavailable || r.Policies[0].Policy != PolicyPerRoute {
 		t.Fatalf("rejection %+v", r)
 	}

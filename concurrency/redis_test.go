@@ -69,7 +69,7 @@ func TestRedisLimitsAcrossHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = b.Acquire(ctx, shed.Request{Key: "alice"})
-	r := rejection(t, err)
+	r := shedtest.Rejection(t, err)
 	if r.Status != http.StatusTooManyRequests || r.Policies[0].Policy != PolicyPerKey || r.Fallback {
 		t.Fatalf("alice's third request on another host: %+v", r)
 	}
@@ -81,7 +81,7 @@ func TestRedisLimitsAcrossHosts(t *testing.T) {
 		t.Fatalf("quota %+v, want the overall one with nothing left", b1.Quota)
 	}
 	_, err = b.Acquire(ctx, shed.Request{Key: "carol"})
-	if r := rejection(t, err); r.Status != http.StatusServiceUnavailable || r.Policies[0].Policy != PolicyOverall {
+	if r := shedtest.Rejection(t, err); r.Status != http.StatusServiceUnavailable || r.Policies[0].Policy != PolicyOverall {
 		t.Fatalf("over the fleet's limit: %+v", r)
 	}
 	if n := zcard(t, ca, a.OverallKey()); n != 3 {
@@ -494,7 +494,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	// tries Redis.
 	tried := px.accepted.Load()
 	_, err = r.Acquire(ctx, shed.Request{})
-	if rej := rejection(t, err); !rej.Fallback || rej.Status != http.StatusServiceUnavailable {
+	if rej := shedtest.Rejection(t, err); !rej.Fallback || rej.Status != http.StatusServiceUnavailable {
 		t.Fatalf("over the local share: %+v", rej)
 	}
 	if px.accepted.Load() != tried {
@@ -565,7 +565,7 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 		held = append(held, ls)
 	}
 	_, err := r.Acquire(ctx, route)
-	if rej := rejection(t, err); rej.Status != http.StatusServiceUnavailable || rej.Policies[0].Policy != PolicyPerRoute {
+	if rej := shedtest.Rejection(t, err); rej.Status != http.StatusServiceUnavailable || rej.Policies[0].Policy != PolicyPerRoute {
 		t.Fatalf("over the route's ceiling: %+v", rej)
 	}
 	if _, err := r.Acquire(ctx, shed.Request{Route: "GET /v1/charges"}); err != nil {
@@ -603,7 +603,7 @@ func TestRedisLargeCosts(t *testing.T) {
 	}
 	// More than the limit can ever hold: rejected without touching Redis.
 	_, err = r.Acquire(ctx, shed.Request{Cost: 1 << 40})
-	if rej := rejection(t, err); rej.Status != http.StatusServiceUnavailable {
+	if rej := shedtest.Rejection(t, err); rej.Status != http.StatusServiceUnavailable {
 		t.Fatalf("%+v", rej)
 	}
 	big.Release(shed.Completed)

@@ -49,7 +49,7 @@ func TestQueueWaitsForARelease(t *testing.T) {
 	}
 	// Over the client's own limit: no queueing, 429 at once.
 	_, err = l.Acquire(ctx, shed.Request{Key: "a"})
-	if r := rejection(t, err); r.Status != http.StatusTooManyRequests || r.Waited != 0 {
+	if r := shedtest.Rejection(t, err); r.Status != http.StatusTooManyRequests || r.Waited != 0 {
 		t.Fatalf("per-key: %+v", r)
 	}
 
@@ -70,7 +70,7 @@ func TestQueueWaitsForARelease(t *testing.T) {
 	queued(t, l, 1)
 	clock.Advance(time.Second)
 	res := <-timedOut
-	r := rejection(t, res.err)
+	r := shedtest.Rejection(t, res.err)
 	if r.Status != http.StatusServiceUnavailable || r.Waited != time.Second || len(r.Policies) != 1 || r.Policies[0].Policy != PolicyOverall {
 		t.Fatalf("timed out: %+v", r)
 	}

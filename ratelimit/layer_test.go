@@ -35,15 +35,6 @@ func newTestLayer(t testing.TB, cfg LayerConfig) *Layer {
 	return l
 }
 
-func rejection(t *testing.T, err error) *shed.Rejection {
-	t.Helper()
-	var rj *shed.Rejection
-	if !errors.As(err, &rj) {
-		t.Fatalf("error %v, want a *shed.Rejection", err)
-	}
-	return rj
-}
-
 type ipKey struct{}
 
 var byIP = By("ip", func(ctx context.Context, _ shed.Request) string {
@@ -71,7 +62,7 @@ func TestLayerRejectsWith429AndPolicies(t *testing.T) {
 	}
 	clk.Advance(15 * time.Second)
 	_, err := l.Acquire(ctx, req)
-	rj := rejection(t, err)
+	rj := shedtest.Rejection(t, err)
 	want := shed.Quota{Policy: "per-key", Limit: 2, Window: time.Minute, Remaining: 0, Reset: 45 * time.Second}
 	if rj.Status != http.StatusTooManyRequests || rj.RetryAfter != 45*time.Second || len(rj.Policies) != 1 || rj.Policies[0] != want || rj.Layer != "ratelimit" {
 		t.Fatalf("rejection %+v", rj)
@@ -101,7 +92,7 @@ func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
 	lease.Release(shed.Completed)
 	for i := 0; i < 5; i++ {
 		_, err := l.Acquire(ctx, shed.Request{Key: "u1"})
-		if rj := rejection(t, err); rj.Policies[0].Policy != "per-user" {
+		if rj := shedtest.Rejection(t, err); rj.Policies[0].Policy != "per-user" {
 			t.Fatalf("rejected by %+v, want per-user", rj.Policies)
 		}
 	}
@@ -168,7 +159,7 @@ func TestLayerDescriptorsAndDomains(t *testing.T) {
 	ok(shed.Request{Key: "a", Route: "GET /charges"})
 	ok(shed.Request{Key: "a", Route: "GET /x"})
 	_, err := l.Acquire(ctx, shed.Request{Key: "a", Route: "GET /x"})
-	if rj := rejection(t, err); rj.Policies[0].Policy != "routes" {
+	if rj := shedtest.Rejection(t, err); rj.Policies[0].Policy != "routes" {
 		t.Fatalf("rejected by %v", rj.Policies)
 	}
 }
@@ -201,7 +192,7 @@ func TestLayerCostAboveBurst(t *testing.T) {
 		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(2))},
 	}})
 	_, err := l.Acquire(context.Background(), shed.Request{Key: "a", Cost: 3})
-	if rj := rejection(t, err); rj.Status != 429 || rj.Reason != "request cost exceeds the rate limit" || rj.RetryAfter != 0 {
+	if rj := shedtest.Rejection(t, err); rj.Status != 429 || rj.Reason != "request cost exceeds the rate limit" || rj.RetryAfter != 0 {
 		t.Fatalf("rejection %+v", rj)
 	}
 }
@@ -365,7 +356,7 @@ func TestLayerQueueWaitsForRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("key b has capacity and must not queue: %v", err)
 	}
-	if _, err := l.Acquire(ctx, shed.Request{Key: "b"}); rejection(t, err).Reason != "queue full" {
+	if _, err := l.Acquire(ctx, shed.Request{Key: "b"}); shedtest.Rejection(t, err).Reason != "queue full" {
 		t.Fatalf("third waiter: %v", err)
 	}
 	clk.Advance(time.Second)
@@ -394,7 +385,7 @@ func TestLayerQueueTimesOutAndRefundWakes(t *testing.T) {
 	go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
 	waitQueued(t, l, 1)
 	clk.Advance(500 * time.Millisecond)
-	rj := rejection(t, <-done)
+	rj := shedtest.Rejection(t, <-done)
 	if rj.Reason != "queue wait timed out" || rj.Waited != 500*time.Millisecond || rj.RetryAfter != time.Minute || rj.Status != 429 {
 		t.Fatalf("rejection %+v", rj)
 	}
@@ -489,7 +480,7 @@ func TestLayerFallbackDecider(t *testing.T) {
 		t.Fatalf("lease %+v %v, want Fallback", lease, err)
 	}
 	_, err = l.Acquire(context.Background(), shed.Request{Key: "a"})
-	if rj := rejection(t, err); !rj.Fallback {
+	if rj := shedtest.Rejection(t, err); !rj.Fallback {
 		t.Fatalf("rejection %+v, want Fallback", rj)
 	}
 }
