@@ -56,6 +56,13 @@ type Event struct {
 	Latency time.Duration
 	// Status is the rejection's HTTP status, for Rejected.
 	Status int
+	// Policy names the limit that decided (a rule's or limit's name, such
+	// as "per-key" or "in-flight"); empty when the layer has one limit.
+	// Policies are a bounded set, so metrics may label by them.
+	Policy string
+	// Route is the request's route pattern ("GET /v1/charges/{id}"), never
+	// the raw path, so that it stays a bounded set.
+	Route string
 }
 
 // Observer receives every decision. Observe is called outside any lock of
