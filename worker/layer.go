@@ -179,7 +179,9 @@ func (l *Layer) Close() {
 // then schedules the next tick.
 func (l *Layer) tick() {
 	now := l.clock.Now()
-	dt := now.Sub(l.last)
+	// A late sample (a stalled process, a manual clock moved far) moves the
+	// level no more than two regular ones would.
+	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
 	pressure := 0.0
 	readings := make([]float64, len(l.signals))
@@ -210,6 +212,7 @@ func (l *Layer) tick() {
 }
 
 func (l *Layer) publish(level, pressure float64, readings []float64) {
+	level = math.Min(level, float64(l.protect)) // never a protected priority
 	headroom := 0.0
 	if level == 0 {
 		headroom = math.Min(math.Max(1-pressure, 0), 1)
