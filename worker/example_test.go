@@ -54,7 +54,7 @@ func ExampleNew() {
 		lease.Release(shed.Completed)
 	}
 
-	load.Set(0.3) // the load went away: shedding eases, one priority per 3s
+	load.Set(0.3)             // the load went away: shedding eases, one priority per 3s
 	for i := 0; i < 40; i++ { // 10s
 		clock.Advance(250 * time.Millisecond)
 	}
