@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +43,10 @@ type Layer struct {
 	grants     sync.Pool // *grant
 
 	inflight paddedInt64
+	// starting holds the admitted requests yielding before they start
+	// (Config.Yield), which a request of higher priority may displace.
+	startMu  sync.Mutex
+	starting []*grant
 	// queueMin is the shortest queue wait (ns) seen since the last sample,
 	// math.MaxInt64 when none.
 	queueMin atomic.Int64
@@ -67,13 +70,16 @@ type signal struct {
 	read func() float64
 	avg  float64
 	seen bool
+	// reportOnly signals are gauges and headroom, not shedding: the worker
+	// budget enforces in flight per request, faster than the level could.
+	reportOnly bool
 }
 
 // snapshot is the sampler's last reading, for gauges.
 type snapshot struct {
-	pressure float64
-	signals  []float64 // smoothed, in the order of Layer.signals
-	level    float64
+	utilization float64
+	signals     []float64 // smoothed, in the order of Layer.signals
+	level       float64
 }
 
 const headroomScale = 1 << 30
@@ -143,7 +149,7 @@ func New(cfg Config) (*Layer, error) {
 	}
 	if l.workers > 0 {
 		w := float64(l.workers)
-		l.signals = append(l.signals, signal{name: SignalInFlight, read: func() float64 {
+		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
 			return float64(l.inflight.Load()) / w
 		}})
 	}
@@ -183,7 +189,7 @@ func (l *Layer) tick() {
 	// level no more than two regular ones would.
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
-	pressure := 0.0
+	pressure, utilization := 0.0, 0.0
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -197,10 +203,13 @@ func (l *Layer) tick() {
 			s.avg += l.smoothing * (r - s.avg)
 		}
 		readings[i] = s.avg
-		pressure = math.Max(pressure, s.avg)
+		utilization = math.Max(utilization, s.avg)
+		if !s.reportOnly {
+			pressure = math.Max(pressure, s.avg)
+		}
 	}
 	level := l.ctrl.step(pressure, dt)
-	l.publish(level, pressure, readings)
+	l.publish(level, utilization, readings)
 	if l.queue != nil {
 		l.queue.Notify() // the level may have fallen
 	}
@@ -211,13 +220,15 @@ func (l *Layer) tick() {
 	l.mu.Unlock()
 }
 
-func (l *Layer) publish(level, pressure float64, readings []float64) {
+// publish stores a reading: the level the controller chose, and the
+// highest utilisation of any signal, for the headroom.
+func (l *Layer) publish(level, utilization float64, readings []float64) {
 	level = math.Min(level, float64(l.protect)) // never a protected priority
 	headroom := 0.0
 	if level == 0 {
-		headroom = math.Min(math.Max(1-pressure, 0), 1)
+		headroom = math.Min(math.Max(1-utilization, 0), 1)
 	}
-	l.snap.Store(&snapshot{pressure: pressure, signals: readings, level: level})
+	l.snap.Store(&snapshot{utilization: utilization, signals: readings, level: level})
 	l.state.Store(uint64(encodeLevel(level)) | uint64(headroom*headroomScale)<<32)
 }
 
@@ -285,6 +296,12 @@ func sheds(v uint32, p shed.Priority) bool {
 type grant struct {
 	gen   atomic.Uint64
 	owner *Layer
+
+	// With Config.Yield: whether the admitted request has started, or was
+	// displaced before it did, and what it holds.
+	state atomic.Uint32
+	prio  int
+	cost  int64
 }
 
 // why says what a request was over.
@@ -315,14 +332,20 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		return shed.NewLease(l), nil
 	}
 	cost := req.Units()
-	if !l.take(cost, req.Priority) {
-		return l.over(ctx, req, overBudget)
+	if !l.takeWithin(cost, l.workers) {
+		switch {
+		case l.yield && !l.enf.DryRun && l.displace(cost, req.Priority.Index()):
+			// The units of a lower-priority request not yet started are ours.
+		case req.Priority.Index() >= l.protect:
+			l.inflight.Add(cost)
+		default:
+			return l.over(ctx, req, overBudget)
+		}
 	}
-	ls := l.lease(cost)
 	if l.yield {
-		runtime.Gosched()
+		return l.yieldThenStart(req, cost)
 	}
-	return ls, nil
+	return l.lease(cost), nil
 }
 
 // take counts cost units in flight if they fit within the worker budget (or
