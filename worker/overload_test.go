@@ -35,13 +35,13 @@ import (
 // so it runs only when asked:
 //
 //	go test ./worker -run Overload -overload -v
-//	go test ./worker -run Overload -overload -overload.setups none,budget -overload.x 5 -v
+//	go test ./worker -run Overload -overload -overload.setups none,cpubound -overload.x 10 -v
 var (
 	overload       = flag.Bool("overload", false, "run the overload test (long; see overload_test.go)")
 	overloadX      = flag.Float64("overload.x", 5, "offered load, in multiples of the measured capacity")
 	overloadFor    = flag.Duration("overload.for", 5*time.Second, "how long each flood is measured, after 1s of warm-up")
 	overloadWork   = flag.Duration("overload.work", 2*time.Millisecond, "CPU each request burns")
-	overloadSetups = flag.String("overload.setups", "none,default,budget", "set-ups to flood, comma-separated: "+strings.Join(setupNames(), ", "))
+	overloadSetups = flag.String("overload.setups", "none,default,cpubound", "set-ups to flood, comma-separated: "+strings.Join(setupNames(), ", "))
 )
 
 // setups are the protections the test compares, built in the server
@@ -50,12 +50,10 @@ var setups = map[string]func() (*worker.Layer, error){
 	"none": nil,
 	// The layer as it comes: CPU and scheduler latency, Stripe's thresholds.
 	"default": func() (*worker.Layer, error) { return worker.New(worker.Config{}) },
-	// What the package doc recommends for handlers that burn CPU: a worker
-	// per CPU of the budget, yielding after admission, and the CPU allowed
-	// to run hot since the budget keeps admitted work from queueing.
-	"budget": func() (*worker.Layer, error) {
-		return worker.New(worker.Config{Workers: cpuWorkers(), Yield: true, CPU: worker.CPUConfig{Full: 1.25}})
-	},
+	// What the package recommends for handlers that burn CPU.
+	"cpubound": func() (*worker.Layer, error) { return worker.New(worker.CPUBound()) },
+	// The worker budget without Yield.
+	"budget": func() (*worker.Layer, error) { return worker.New(worker.Config{Workers: worker.CPUWorkers()}) },
 }
 
 func setupNames() []string {
@@ -66,8 +64,6 @@ func setupNames() []string {
 	slices.Sort(s)
 	return s
 }
-
-func cpuWorkers() int64 { return int64(math.Max(1, math.Round(worker.DetectBudget().CPUs))) }
 
 const serverEnv = "LOADSHED_WORKER_OVERLOAD_SERVER"
 
