@@ -412,7 +412,7 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	case shed.Wait:
 		return l.wait(ctx, req, cost)
 	}
-	return shed.Lease{}, l.rejection(req)
+	return shed.Lease{}, l.rejection(req, w == overBudget)
 }
 
 func (l *Layer) dryRun(cost int64) shed.Lease {
@@ -427,8 +427,16 @@ func (l *Layer) dryRun(cost int64) shed.Lease {
 	return ls
 }
 
+// PolicyWorkers names the worker budget in a rejection's policies (and so
+// in the event's Policy), to tell a request refused by the budget from one
+// shed by the level, which names no policy.
+const PolicyWorkers = "workers"
+
 // rejection is the one place the layer builds its "no".
-func (l *Layer) rejection(req shed.Request) *shed.Rejection {
+func (l *Layer) rejection(req shed.Request, budget bool) *shed.Rejection {
+	if budget {
+		return shed.Shed(l.name, req, Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workers})
+	}
 	return shed.Shed(l.name, req, Reason, l.retryAfter)
 }
 
@@ -436,7 +444,7 @@ func (l *Layer) rejection(req shed.Request) *shed.Rejection {
 // a worker is free; highest priority first.
 func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
 	if l.queue == nil {
-		return shed.Lease{}, l.rejection(req)
+		return shed.Lease{}, l.rejection(req, false)
 	}
 	p := req.Priority
 	take := func() bool {

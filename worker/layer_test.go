@@ -42,7 +42,7 @@ func TestShedsBelowTheLevelAndNeverCritical(t *testing.T) {
 	for _, p := range []shed.Priority{shed.TestMode, shed.Sheddable} {
 		_, err := l.Acquire(ctx, shed.Request{Priority: p})
 		r := shedtest.Rejection(t, err)
-		if r.Status != http.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || r.Priority != p {
+		if r.Status != http.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
 			t.Fatalf("%v: rejection %+v", p, r)
 		}
 	}
@@ -99,8 +99,9 @@ func TestWorkerBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := l.Acquire(ctx, shed.Request{})
-	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Default}); err == nil {
-		t.Fatal("third request admitted with a budget of 2")
+	_, err = l.Acquire(ctx, shed.Request{Priority: shed.Default})
+	if r := shedtest.Rejection(t, err); len(r.Policies) != 1 || r.Policies[0].Policy != PolicyWorkers || r.Policies[0].Limit != 2 {
+		t.Fatalf("third request with a budget of 2: %+v, want a rejection naming the %q policy", r, PolicyWorkers)
 	}
 	c, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
 	if err != nil {
