@@ -493,6 +493,15 @@ func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
 	}
 }
 
+// Queued returns how many requests wait in the layer's queue (0 without the
+// Queue action).
+func (l *Layer) Queued() int {
+	if l.queue == nil {
+		return 0
+	}
+	return l.queue.Len()
+}
+
 // InFlight returns the request units in flight counted against the worker
 // budget (0 without one).
 func (l *Layer) InFlight() int64 { return l.inflight.Load() }
