@@ -436,6 +436,14 @@ func TestOverload(t *testing.T) {
 		t.Logf("%-8s critical %5.1f%% (%d/%d) | p50 %v p99 %v (%.1fx unloaded p99) | goodput %.0f/s (%.0f%% of capacity) | 503 %d, timed out %d | success by priority:%s",
 			name, pct(s.critOK, s.critSent), s.critOK, s.critSent, s.p50.Round(10*time.Microsecond), s.p99.Round(10*time.Microsecond),
 			float64(s.p99)/float64(up99), s.goodput, 100*s.goodput/capacity, s.rejected, s.timedOut, by.String())
+		mark := func(ok bool) string {
+			if ok {
+				return "met"
+			}
+			return "missed"
+		}
+		t.Logf("%-8s targets: critical >= 99.9%% %s, p99 <= 2x unloaded %s, goodput >= 90%% of capacity %s", name,
+			mark(pct(s.critOK, s.critSent) >= 99.9), mark(s.ok > 0 && s.p99 <= 2*up99), mark(s.goodput >= 0.9*capacity))
 		if testing.Verbose() {
 			t.Logf("%s server log:\n%s", name, log)
 		}
