@@ -318,21 +318,26 @@ const (
 // "temporary-reduced-capacity", Retry-After), or, with the Queue action,
 // waits in the queue.
 func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
-	if v := uint32(l.state.Load()); v != 0 && sheds(v, req.Priority) {
+	v := uint32(l.state.Load())
+	if v != 0 && sheds(v, req.Priority) {
 		w := overLevel
 		if lo := uint32(req.Priority.Index()) * levelScale; v < lo+levelScale {
 			w = overMargin
 		}
 		return l.over(ctx, req, w)
 	}
-	if l.enf.Mode == shed.Soft {
-		l.ep.End()
-	}
 	if l.workers == 0 {
+		if v == 0 && l.enf.Mode == shed.Soft {
+			l.ep.End() // nothing shed, no budget: the overage episode is over
+		}
 		return shed.NewLease(l), nil
 	}
 	cost := req.Units()
-	if !l.takeWithin(cost, l.workers) {
+	if l.takeWithin(cost, l.workers) {
+		if v == 0 && l.enf.Mode == shed.Soft {
+			l.ep.End() // nothing shed and within the budget
+		}
+	} else {
 		switch {
 		case l.yield && !l.enf.DryRun && l.displace(cost, req.Priority.Index()):
 			// The units of a lower-priority request not yet started are ours.

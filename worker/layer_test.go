@@ -160,6 +160,11 @@ func TestSoftAdmitsTheMarginalShareForABoundedTime(t *testing.T) {
 		t.Fatalf("marginal sheddable in soft mode: %v, Over %v", err, ls.Over)
 	}
 	clock.Advance(2 * time.Second)
+	// Requests admitted within the level meanwhile do not end the episode:
+	// the layer is still shedding.
+	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Default}); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 100; i++ {
 		if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable}); err != nil {
 			return // the episode ran out
