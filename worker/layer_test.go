@@ -302,3 +302,28 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// The queue-delay signal is CoDel's test: the shortest wait over the
+// interval against the target, so one long wait among short ones is no
+// standing queue; with no wait ended in the interval, how full the queue is.
+func TestQueuePressure(t *testing.T) {
+	l, _, _ := pressureLayer(t, Config{Enforcement: shed.Enforcement{Action: shed.Queue,
+		Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Second}}})
+	target := float64(10 * time.Millisecond)
+	if p := l.queuePressure(target, 4); p != 0 {
+		t.Fatalf("idle queue: pressure %v", p)
+	}
+	l.recordWait(50 * time.Millisecond)
+	l.recordWait(2 * time.Millisecond)
+	l.recordWait(30 * time.Millisecond)
+	if p := l.queuePressure(target, 4); math.Abs(p-0.2) > 1e-9 {
+		t.Fatalf("shortest wait 2ms against 10ms: pressure %v, want 0.2", p)
+	}
+	l.recordWait(25 * time.Millisecond)
+	if p := l.queuePressure(target, 4); math.Abs(p-2.5) > 1e-9 {
+		t.Fatalf("every wait 25ms or more: pressure %v, want 2.5 (a standing queue)", p)
+	}
+	if p := l.queuePressure(target, 4); p != 0 {
+		t.Fatalf("next interval, nothing waited: pressure %v", p)
+	}
+}
