@@ -7,6 +7,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // OKHandler is the bare handler every HTTP row wraps: it writes a status
@@ -109,7 +110,7 @@ func NewShedHandler(s ShedStack, next http.Handler) (http.Handler, func(), error
 		stop()
 		return nil, nil, err
 	}
-	mw, err := c.Middleware(shed.HTTPConfig{})
+	mw, err := shedhttp.New(c, shedhttp.Config{})
 	if err != nil {
 		stop()
 		return nil, nil, err

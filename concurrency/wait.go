@@ -3,7 +3,6 @@ package concurrency
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	"github.com/loadshed/loadshed/shed"
 )
@@ -27,7 +26,7 @@ func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t take
 	giveBack := func() { l.untake(got, cost) }
 	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		err = shed.QueueRejection(l.name, req, shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			limit := l.limit.Load()

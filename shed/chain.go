@@ -56,6 +56,9 @@ func NewChain(cfg Config) (*Chain, error) {
 // Layers returns the chain's layers, in order.
 func (c *Chain) Layers() []Layer { return append([]Layer(nil), c.layers...) }
 
+// Len returns how many layers the chain runs.
+func (c *Chain) Len() int { return len(c.layers) }
+
 // Grant holds the leases one admitted request took from the chain's layers.
 // Its zero value holds nothing. Release it exactly once, when the work ends.
 type Grant struct {
@@ -184,8 +187,21 @@ var grantPool = sync.Pool{New: func() any { return new(Grant) }}
 // putGrant clears g, so that a pooled Grant keeps no layer's handles or the
 // request's strings alive, and pools it.
 func putGrant(g *Grant) {
-	*g = Grant{}
+	g.Reset()
 	grantPool.Put(g)
+}
+
+// Reset clears g for reuse by another request, so that a pooled Grant keeps
+// no layer's handles or the request's strings alive. Only the leases its
+// chain can have written are cleared, not the whole Grant (over a
+// kilobyte). Reset does not release: call Release first.
+func (g *Grant) Reset() {
+	n := MaxLayers
+	if g.chain != nil {
+		n = len(g.chain.layers)
+	}
+	clear(g.leases[:n])
+	g.chain, g.req, g.n = nil, Request{}, 0
 }
 
 // OutcomeOf classifies how work ended: Dropped when ctx is done (the caller

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -324,7 +323,7 @@ func TestChainObserver(t *testing.T) {
 	checkEvents(t, events, []shed.Event{
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Admitted},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Admitted},
-		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: http.StatusServiceUnavailable,
+		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: shed.StatusServiceUnavailable,
 			Queued: true, Wait: 3 * time.Second},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused},
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused},

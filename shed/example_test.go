@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -171,7 +170,7 @@ func ExampleWaitQueue() {
 		go func() {
 			waited, err := q.Wait(ctx, p, time.Time{}, take, giveBack)
 			done <- fmt.Sprint(p, ": ", waited, " ", shed.QueueRejection("example", shed.Request{Priority: p},
-				http.StatusServiceUnavailable, err, waited))
+				shed.StatusServiceUnavailable, err, waited))
 		}()
 		for q.Len() == n {
 			runtime.Gosched()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -618,7 +617,7 @@ func TestQueueRejection(t *testing.T) {
 		{shed.ErrQueueTimeout, "queue wait timed out"},
 		{shed.ErrEvicted, "evicted by higher-priority request"},
 	} {
-		err := shed.QueueRejection("concurrency", req, http.StatusServiceUnavailable, tc.err, 3*time.Second)
+		err := shed.QueueRejection("concurrency", req, shed.StatusServiceUnavailable, tc.err, 3*time.Second)
 		var rej *shed.Rejection
 		if !errors.As(err, &rej) {
 			t.Fatalf("QueueRejection(%v) = %v; want a *Rejection", tc.err, err)

@@ -2,10 +2,19 @@ package shed
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
+)
+
+// The HTTP statuses a rejection carries. shed speaks no HTTP; these are the
+// numbers an HTTP front end (package shedhttp) answers with, and what a job
+// runner may log or map to its own codes.
+const (
+	// StatusTooManyRequests (429): the client went over its own limit.
+	StatusTooManyRequests = 429
+	// StatusServiceUnavailable (503): the service is shedding load.
+	StatusServiceUnavailable = 503
 )
 
 // ErrRejected matches every *Rejection with errors.Is, for callers that only
@@ -17,9 +26,9 @@ var ErrRejected = errors.New("shed: request rejected")
 type Rejection struct {
 	// Layer names the layer that rejected the request.
 	Layer string
-	// Status is the HTTP status to answer with: 429 (http.StatusTooManyRequests)
-	// when the client went over its own limit, 503
-	// (http.StatusServiceUnavailable) when the service is shedding load.
+	// Status is the HTTP status to answer with: StatusTooManyRequests (429)
+	// when the client went over its own limit, StatusServiceUnavailable
+	// (503) when the service is shedding load.
 	Status int
 	// RetryAfter is when trying again may succeed; zero when unknown.
 	RetryAfter time.Duration
@@ -73,12 +82,12 @@ func CeilSeconds(d time.Duration) int64 {
 
 // Throttled builds a 429 rejection: the client went over its own limit.
 func Throttled(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
-	return &Rejection{Layer: layer, Status: http.StatusTooManyRequests, Reason: reason,
+	return &Rejection{Layer: layer, Status: StatusTooManyRequests, Reason: reason,
 		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
 }
 
 // Shed builds a 503 rejection: the service is shedding load.
 func Shed(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
-	return &Rejection{Layer: layer, Status: http.StatusServiceUnavailable, Reason: reason,
+	return &Rejection{Layer: layer, Status: StatusServiceUnavailable, Reason: reason,
 		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 func main() {
@@ -165,11 +166,11 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		closeAll()
 		return nil, err
 	}
-	shedder, err := chain.Middleware(shed.HTTPConfig{
+	shedder, err := shedhttp.New(chain, shedhttp.Config{
 		// Clients with an API key are limited per key (hashed: it is a
 		// secret); the others per client IP.
-		Key: shed.KeyHash(shed.KeyHeader("X-API-Key")),
-		Priorities: shed.RoutePriorities{
+		Key: shedhttp.KeyHash(shedhttp.KeyHeader("X-API-Key")),
+		Priorities: shedhttp.RoutePriorities{
 			"POST /v1/charges": shed.Critical,
 			"/v1/reports/*":    shed.Sheddable,
 		},
