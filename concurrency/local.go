@@ -344,13 +344,13 @@ func (l *Limiter) rejection(req shed.Request, t taken) *shed.Rejection {
 	if t.over == keyLimit {
 		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
 		if l.keyBy == ByKey {
-			return shed.Throttled(l.name, req, "too many requests in flight for this client", l.retryAfter, q)
+			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
 		}
-		return shed.Shed(l.name, req, "too many requests in flight for this route", l.retryAfter, q)
+		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
 	}
 	limit := l.limit.Load()
 	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
-	return shed.Shed(l.name, req, "too many requests in flight", l.retryAfter, q)
+	return shed.Shed("too many requests in flight", l.retryAfter, q)
 }
 
 // Release gives back the units lease holds and, with an adaptive limit,

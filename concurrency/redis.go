@@ -533,12 +533,12 @@ func (r *RedisLimiter) rejection(req shed.Request, over which, n int64) *shed.Re
 	if over == keyLimit {
 		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n)}
 		if r.keyBy == ByKey {
-			return shed.Throttled(r.name, req, "too many requests in flight for this client", r.retryAfter, q)
+			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
 		}
-		return shed.Shed(r.name, req, "too many requests in flight for this route", r.retryAfter, q)
+		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
 	}
 	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n)}
-	return shed.Shed(r.name, req, "too many requests in flight", r.retryAfter, q)
+	return shed.Shed("too many requests in flight", r.retryAfter, q)
 }
 
 // run runs the acquire script within the timeout. Redis answering at all

@@ -26,7 +26,7 @@ func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t take
 	giveBack := func() { l.untake(got, cost) }
 	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(l.name, req, shed.StatusServiceUnavailable, err, waited)
+		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			limit := l.limit.Load()

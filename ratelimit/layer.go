@@ -351,7 +351,7 @@ func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Re
 	if a.never {
 		reason = "request cost exceeds the rate limit"
 	}
-	rj := shed.Throttled(LayerName, *req, reason, a.retry, a.denied)
+	rj := shed.Throttled(reason, a.retry, a.denied)
 	rj.Fallback = a.fallback
 	return rj
 }

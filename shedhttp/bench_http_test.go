@@ -172,7 +172,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 // BenchmarkHTTPRejection prices answering a rejection: status, Retry-After,
 // the RateLimit fields and the problem document.
 func BenchmarkHTTPRejection(b *testing.B) {
-	rej := shed.Throttled("ratelimit", shed.Request{}, "rate limit exceeded", 3*time.Second,
+	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
 	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
 	if err != nil {
@@ -227,7 +227,7 @@ func TestMiddlewareAdmitAllocations(t *testing.T) {
 // the middleware: its header values in two allocations (the problem
 // document's fields and Retry-After; the RateLimit fields), and checks them.
 func TestMiddlewareRejectAllocations(t *testing.T) {
-	rej := shed.Throttled("ratelimit", shed.Request{}, "rate limit exceeded", 3*time.Second,
+	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
 	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
 	if err != nil {

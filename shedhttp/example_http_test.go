@@ -31,7 +31,7 @@ func (l *perKeyQuota) Acquire(_ context.Context, req shed.Request) (shed.Lease, 
 	defer l.mu.Unlock()
 	q := shed.Quota{Policy: "per-key", Limit: l.limit, Window: time.Minute, Reset: 30 * time.Second}
 	if l.used[req.Key] >= l.limit {
-		return shed.Lease{}, shed.Throttled(l.Name(), req, "rate limit exceeded", 30*time.Second, q)
+		return shed.Lease{}, shed.Throttled("rate limit exceeded", 30*time.Second, q)
 	}
 	l.used[req.Key]++
 	q.Remaining = l.limit - l.used[req.Key]
@@ -147,7 +147,7 @@ func ExampleNewClientIP() {
 }
 
 func ExampleWriteRejection() {
-	rej := shed.Shed("worker", shed.Request{}, "shedding sheddable work", 1500*time.Millisecond)
+	rej := shed.Shed("shedding sheddable work", 1500*time.Millisecond)
 	rec := httptest.NewRecorder()
 	shedhttp.WriteRejection(rec, rej)
 	fmt.Println(rec.Code, rec.Header().Get("Retry-After"))

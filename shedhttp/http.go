@@ -87,10 +87,10 @@ type Config struct {
 	// (default Default).
 	DefaultPriority shed.Priority
 	// Priority, when set, has the last word on a request's priority: it is
-	// given the request and the priority the context (WithPriority) or the
-	// route annotations gave it. Use it for traffic that is known by its
-	// key, such as test-mode credentials. (A Default it returns still
-	// yields to a priority in the context, as Prepare has it.)
+	// given the request and the priority the context (shed.WithPriority)
+	// or the route annotations gave it, and what it returns is final
+	// (shed.Unset, or an invalid value, keeps the given one). Use it for
+	// traffic that is known by its key, such as test-mode credentials.
 	Priority func(r *http.Request, p shed.Priority) shed.Priority
 	// Cost is how many units a request takes (default 1). Values below 1
 	// count as 1.

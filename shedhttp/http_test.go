@@ -199,7 +199,7 @@ func TestMiddlewareRejection429(t *testing.T) {
 	admit := shedtest.NewLayer("ratelimit")
 	admit.Quota = shed.Quota{Policy: "global", Limit: 1000, Window: time.Second, Remaining: 500, Reset: time.Second}
 	rej := shedtest.NewLayer("concurrency")
-	rej.Reject(shed.Throttled("concurrency", shed.Request{}, "too many requests in flight", 1500*time.Millisecond,
+	rej.Reject(shed.Throttled("too many requests in flight", 1500*time.Millisecond,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 30 * time.Second},
 		shed.Quota{Policy: `in"flight\`, Limit: 5, Remaining: 0}))
 	called := false
@@ -248,7 +248,7 @@ func TestMiddlewareRejection503AndOddStatus(t *testing.T) {
 		wantStatus int
 		wantType   string
 	}{
-		{shed.Shed("worker", shed.Request{}, "shedding sheddable work", 0), 503, shedhttp.ProblemReducedCapacity},
+		{shed.Shed("shedding sheddable work", 0), 503, shedhttp.ProblemReducedCapacity},
 		{&shed.Rejection{Layer: "x", Status: 0, Reason: ""}, 503, shedhttp.ProblemReducedCapacity},
 		{&shed.Rejection{Layer: "x", Status: 200}, 503, shedhttp.ProblemReducedCapacity},
 		{&shed.Rejection{Layer: "x", Status: 403, Reason: "<script>\x00\xff"}, 403, "about:blank"},
@@ -294,7 +294,7 @@ func TestMiddlewareLegacyHeaders(t *testing.T) {
 		t.Errorf("RateLimit = %q, want %q", got, want)
 	}
 
-	l.Reject(shed.Throttled("rl", shed.Request{}, "slow down", time.Second, shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 5 * time.Second}))
+	l.Reject(shed.Throttled("slow down", time.Second, shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 5 * time.Second}))
 	rec = httptest.NewRecorder()
 	mw(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 429 || rec.Header().Get("X-RateLimit-Remaining") != "0" || rec.Header().Get("X-RateLimit-Reset") != "1700000001" ||
@@ -333,7 +333,7 @@ func TestMiddlewareLegacyHeadersPreferRateQuotas(t *testing.T) {
 
 func TestMiddlewareOnRejectReplacesEverything(t *testing.T) {
 	l := shedtest.NewLayer("l")
-	l.Reject(shed.Throttled("l", shed.Request{}, "no", time.Minute, perKey))
+	l.Reject(shed.Throttled("no", time.Minute, perKey))
 	var got *shed.Rejection
 	mw := newMW(t, newChain(t, l), shedhttp.Config{LegacyHeaders: true, OnReject: func(w http.ResponseWriter, r *http.Request, rej *shed.Rejection) {
 		got = rej
@@ -703,6 +703,9 @@ func TestMiddlewarePriorityHookAndCost(t *testing.T) {
 			if strings.HasPrefix(r.Header.Get("X-API-Key"), "sk_test_") {
 				return shed.TestMode
 			}
+			if strings.HasPrefix(r.Header.Get("X-API-Key"), "sk_plain_") {
+				return shed.Default
+			}
 			return p
 		},
 		Cost: func(r *http.Request) int64 { return 5 },
@@ -724,6 +727,14 @@ func TestMiddlewarePriorityHookAndCost(t *testing.T) {
 	mw(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req.WithContext(shed.WithPriority(req.Context(), shed.Sheddable)))
 	if got := s.last(t); got.Priority != shed.Sheddable {
 		t.Errorf("context priority ignored: %+v", got)
+	}
+	// The hook has the last word, even when it lowers a context's
+	// Critical to Default: Default is not "unset".
+	req = httptest.NewRequest("POST", "/v1/charges", nil)
+	req.Header.Set("X-API-Key", "sk_plain_abc")
+	mw(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req.WithContext(shed.WithPriority(req.Context(), shed.Critical)))
+	if got := s.last(t); got.Priority != shed.Default {
+		t.Errorf("hook's Default overridden: %+v", got)
 	}
 }
 
@@ -926,7 +937,7 @@ func FuzzMiddleware(f *testing.F) {
 
 func TestMiddlewareSkip(t *testing.T) {
 	l := shedtest.NewLayer("l")
-	l.Reject(shed.Shed("l", shed.Request{}, "shedding", time.Second))
+	l.Reject(shed.Shed("shedding", time.Second))
 	h := newMW(t, newChain(t, l), shedhttp.Config{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }})(http.HandlerFunc(ok))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))

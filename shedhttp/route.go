@@ -123,10 +123,10 @@ type routeRules struct {
 }
 
 func compileRoutes(rp RoutePriorities, def shed.Priority, field string) (*routeRules, error) {
-	if !def.Valid() {
+	if def != shed.Unset && !def.Valid() {
 		return nil, fmt.Errorf("shedhttp: Config.DefaultPriority: invalid priority %d", int8(def))
 	}
-	rr := &routeRules{exact: map[string]*ruleSet{}, def: def}
+	rr := &routeRules{exact: map[string]*ruleSet{}, def: def.Resolve()}
 	byPrefix := map[string]*ruleSet{}
 	keys := make([]string, 0, len(rp))
 	for k := range rp {
