@@ -41,7 +41,8 @@
 // so a refused request never disturbs the count. Per-key counters live in a
 // map split into 64 shards by a hash of the key: a lookup takes its shard's
 // read lock, a miss its write lock once. The lease points at its key's
-// counter (Lease.Ref), so a release needs no lookup at all.
+// counter through a pooled per-grant guard (shed.GuardPool), so a release
+// needs no lookup, and releasing a copy of a released lease changes nothing.
 //
 // Counters of keys with nothing in flight are removed when a shard grows
 // past twice its live keys (and at least 512), and by Sweep. Removal must

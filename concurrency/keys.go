@@ -14,7 +14,7 @@ import (
 const dead = -1 << 62
 
 // slot counts one key's units in flight. A lease points at its slot
-// (Lease.Ref), so a release needs no lookup.
+// (through its guard, Lease.Ref), so a release needs no lookup.
 type slot struct {
 	n     atomic.Int64
 	owner *Limiter

@@ -33,6 +33,10 @@ type Limiter struct {
 	adaptive   *adaptive
 	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
 
+	// guards makes each grant count once, whichever copy of its lease is
+	// released; a guard holds the grant's per-key slot (nil without one).
+	guards shed.GuardPool[*slot]
+
 	limit    paddedInt64 // the overall limit; moves when adaptive
 	inflight paddedInt64 // units in flight overall, when hasAll
 	ep       shed.Episode
@@ -270,11 +274,7 @@ func (l *Limiter) decide(now time.Time, t taken, cost, limit int64) shed.Verdict
 func (l *Limiter) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls := shed.NewLease(l)
 	ls.Cost = cost
-	if t.s != nil {
-		ls.Ref = t.s
-	} else {
-		ls.Ref = l
-	}
+	l.guards.Issue(&ls, t.s)
 	if t.s != nil && (!l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter) {
 		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
 	} else {
@@ -311,15 +311,14 @@ func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	// 144 bytes, and each function it is returned through copies it again.
 	ls = shed.NewLease(l)
 	ls.Cost = cost
+	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
-		ls.Ref = t.s
 		if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
 			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
 		} else {
 			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
 		}
 	} else {
-		ls.Ref = l
 		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
 	}
 	if l.adaptive != nil {
@@ -358,18 +357,12 @@ func (l *Limiter) rejection(req shed.Request, t taken) *shed.Rejection {
 // nothing about the service). A lease this limiter did not grant is ignored.
 // Callers use lease.Release, which calls this once.
 func (l *Limiter) Release(lease *shed.Lease, o shed.Outcome) {
-	switch r := lease.Ref.(type) {
-	case *slot:
-		if r.owner != l {
-			return
-		}
-		r.n.Add(-lease.Cost)
-	case *Limiter:
-		if r != l {
-			return
-		}
-	default:
-		return
+	s, ok := l.guards.Claim(lease)
+	if !ok {
+		return // not this limiter's, or released already through a copy
+	}
+	if s != nil {
+		s.n.Add(-lease.Cost)
 	}
 	var before int64
 	if l.hasAll {
