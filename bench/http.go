@@ -88,7 +88,7 @@ func NewShedHandler(s ShedStack, next http.Handler) (http.Handler, func(), error
 		}
 		closers = append(closers, func() { _ = m.Close() })
 		l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: m},
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: m},
 		}})
 		if err != nil {
 			stop()

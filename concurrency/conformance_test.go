@@ -28,7 +28,7 @@ func TestConformanceLocalOverall(t *testing.T) {
 func TestConformanceLocalPerKey(t *testing.T) {
 	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
 		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
-			return mustNew(t, Config{Limit: 100, PerKey: 2, KeyBy: ByKey, Clock: clock})
+			return mustNew(t, Config{Limit: 100, PerKey: 2, KeyBy: KeyByClient, Clock: clock})
 		},
 		// Per-key limits reject rather than queue (see wait): no NewQueued.
 		Capacity: 2,
@@ -51,7 +51,7 @@ func TestConformanceRedis(t *testing.T) {
 	redistest.Client(t) // skips, or fails under scripts/test.sh, without a server
 	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
 		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
-			return mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: ByKey, Clock: clock},
+			return mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: KeyByClient, Clock: clock},
 				Client: newClient(t), Prefix: redistest.Prefix(t), Timeout: 5 * time.Second})
 		},
 		Capacity:   2,

@@ -16,7 +16,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func mustNew(t testing.TB, cfg Config) *Limiter {
+func mustNew(t testing.TB, cfg Config) *Layer {
 	t.Helper()
 	l, err := New(cfg)
 	if err != nil {
@@ -89,7 +89,7 @@ func TestPerKeyIsTheClientsOwnLimit(t *testing.T) {
 }
 
 func TestPerRouteIsTheServicesLimit(t *testing.T) {
-	l := mustNew(t, Config{PerKey: 1, KeyBy: ByRoute})
+	l := mustNew(t, Config{PerKey: 1, KeyBy: KeyByRoute})
 	ctx := context.Background()
 	if _, err := l.Acquire(ctx, shed.Request{Key: "a", Route: "GET /x"}); err != nil {
 		t.Fatal(err)

@@ -12,13 +12,13 @@ import (
 // newLimiter builds: Capacity requests per hour, so that nothing refills
 // while the suite counts. A rate limit's units come back on release only
 // as a refund (Unused).
-func conformance(t *testing.T, newLimiter func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Limiter) {
+func conformance(t *testing.T, newLimiter func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Store) {
 	const capacity = 3
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			layer := func(t testing.TB, clock *shedtest.Clock, enf shed.Enforcement) shed.Layer {
 				return newTestLayer(t, LayerConfig{Clock: clock, Enforcement: enf, Rules: []Rule{
-					{Name: "per-key", Descriptors: []Descriptor{ByKey}, Limiter: newLimiter(t, clock, alg)},
+					{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: newLimiter(t, clock, alg)},
 				}})
 			}
 			shedtest.RunLayerSuite(t, shedtest.LayerSuite{
@@ -36,7 +36,7 @@ func conformance(t *testing.T, newLimiter func(t testing.TB, clock *shedtest.Clo
 }
 
 func TestConformanceMemory(t *testing.T) {
-	conformance(t, func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Limiter {
+	conformance(t, func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Store {
 		m, err := NewMemory(alg, PerHour(3), MemoryConfig{Clock: clock})
 		if err != nil {
 			t.Fatal(err)

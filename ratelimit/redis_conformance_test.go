@@ -8,7 +8,7 @@ import (
 
 func TestConformanceRedis(t *testing.T) {
 	c := testRedisClient(t) // skips, or fails under scripts/test.sh, without a server
-	conformance(t, func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Limiter {
+	conformance(t, func(t testing.TB, clock *shedtest.Clock, alg Algorithm) Store {
 		// The over-limit cache is off: with it on, a refund racing a denial
 		// can leave the key noted over (noteOver after forget) until its
 		// retry time, though Redis holds free units again; the suite's

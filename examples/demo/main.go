@@ -129,10 +129,10 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	}
 	closeAll := func() { perKey.Close(); sheddable.Close() }
 	limits, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
 		{Name: "sheddable-per-key", Descriptors: []ratelimit.Descriptor{
 			{Key: "priority", Value: shed.Sheddable.String()}, ratelimit.ByKey,
-		}, Limiter: sheddable},
+		}, Store: sheddable},
 	}})
 	if err != nil {
 		closeAll()
@@ -140,7 +140,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	}
 
 	inFlight, err := concurrency.New(concurrency.Config{
-		Limit: inFlightLimit, PerKey: inFlightPerKeyLimit, KeyBy: concurrency.ByKey,
+		Limit: inFlightLimit, PerKey: inFlightPerKeyLimit, KeyBy: concurrency.KeyByClient,
 	})
 	if err != nil {
 		limits.Close()
