@@ -276,9 +276,9 @@ func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls.Cost = cost
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil && (!l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter) {
-		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	}
 	if l.adaptive != nil {
 		if now.IsZero() {
@@ -314,12 +314,12 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
 		if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
-			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 		} else {
-			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 		}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	}
 	if l.adaptive != nil {
 		ls.Acquired = l.clock.Now()
@@ -341,14 +341,14 @@ func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t
 
 func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
 	if t.over == keyLimit {
-		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 		if l.keyBy == KeyByClient {
 			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
 		}
 		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
 	}
 	limit := l.limit.Load()
-	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	return shed.Shed("too many requests in flight", l.retryAfter, q)
 }
 

@@ -531,13 +531,13 @@ func (r *RedisLayer) keyEpisode(req shed.Request) *shed.Episode {
 
 func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Rejection {
 	if over == keyLimit {
-		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n)}
+		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
 		if r.keyBy == KeyByClient {
 			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
 		}
 		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
 	}
-	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n)}
+	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
 	return shed.Shed("too many requests in flight", r.retryAfter, q)
 }
 
@@ -604,14 +604,14 @@ func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 	ls := shed.NewLease(r)
 	ls.Ref, ls.ID, ls.Cost = e, e.seq, e.cost
 	// Remaining from the tightest set (counts[i+1] is set i after adding).
-	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1}
+	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1, Service: true}
 	for i, k := range e.keys {
 		if i+1 >= len(counts) {
 			break
 		}
-		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1])}
+		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1]), Service: true}
 		if k != r.allKey {
-			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1])}
+			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1]), Service: r.keyBy == KeyByRoute}
 		}
 		if ls.Quota.Remaining < 0 || q.Remaining < ls.Quota.Remaining {
 			ls.Quota = q
