@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -417,7 +416,7 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	case shed.Wait:
 		return l.wait(ctx, req, cost)
 	}
-	return shed.Lease{}, l.rejection(req, w == overBudget)
+	return shed.Lease{}, l.rejection(w == overBudget)
 }
 
 func (l *Layer) dryRun(cost int64) shed.Lease {
@@ -438,18 +437,18 @@ func (l *Layer) dryRun(cost int64) shed.Lease {
 const PolicyWorkers = "workers"
 
 // rejection is the one place the layer builds its "no".
-func (l *Layer) rejection(req shed.Request, budget bool) *shed.Rejection {
+func (l *Layer) rejection(budget bool) *shed.Rejection {
 	if budget {
-		return shed.Shed(l.name, req, Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workers})
+		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workers, Service: true})
 	}
-	return shed.Shed(l.name, req, Reason, l.retryAfter)
+	return shed.Shed(Reason, l.retryAfter)
 }
 
 // wait queues req until the level admits its priority and, with a budget,
 // a worker is free; highest priority first.
 func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
 	if l.queue == nil {
-		return shed.Lease{}, l.rejection(req, false)
+		return shed.Lease{}, l.rejection(false)
 	}
 	p := req.Priority
 	take := func() bool {
@@ -466,7 +465,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
 	l.recordWait(waited)
 	if err != nil {
-		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			r.RetryAfter = l.retryAfter

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,7 +41,7 @@ func TestShedsBelowTheLevelAndNeverCritical(t *testing.T) {
 	for _, p := range []shed.Priority{shed.TestMode, shed.Sheddable} {
 		_, err := l.Acquire(ctx, shed.Request{Priority: p})
 		r := shedtest.Rejection(t, err)
-		if r.Status != http.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
+		if r.Status != shed.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
 			t.Fatalf("%v: rejection %+v", p, r)
 		}
 	}

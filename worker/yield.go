@@ -46,7 +46,7 @@ func (l *Layer) yieldThenStart(req shed.Request, cost int64) (shed.Lease, error)
 		// Displaced: the displacer took over the units; no lease was handed
 		// out, so the record goes back as it is.
 		l.grants.Put(g)
-		return shed.Lease{}, l.rejection(req, true)
+		return shed.Lease{}, l.rejection(true)
 	}
 	ls := shed.NewLease(l)
 	ls.Ref = g
