@@ -22,9 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/worker"
 )
 
@@ -122,20 +124,29 @@ func TestOverloadServer(t *testing.T) {
 		}
 	}
 	work, _ := time.ParseDuration(os.Getenv(serverEnv + "_WORK"))
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if chain != nil {
-			p, _ := shed.ParsePriority(r.Header.Get("X-Priority"))
-			var g shed.Grant
-			if err := chain.Acquire(r.Context(), shed.Request{Priority: p}, &g); err != nil {
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				return
-			}
-			defer g.Release(shed.Completed)
+	// A chi service; with a layer, behind shedhttp, which answers
+	// rejections (503, Retry-After, problem+json) and reads the priority
+	// from the X-Priority header.
+	r := chi.NewRouter()
+	if chain != nil {
+		mw, err := shedhttp.New(chain, shedhttp.Config{
+			Priority: func(r *http.Request, p shed.Priority) shed.Priority {
+				if q, err := shed.ParsePriority(r.Header.Get("X-Priority")); err == nil {
+					return q
+				}
+				return p
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
+		r.Use(mw)
+	}
+	r.Get("/work", func(w http.ResponseWriter, r *http.Request) {
 		burnCPU(work)
 		w.WriteHeader(http.StatusOK)
 	})
+	var h http.Handler = r
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
