@@ -54,6 +54,18 @@ var setups = map[string]func() (*worker.Layer, error){
 	"default": func() (*worker.Layer, error) { return worker.New(worker.Config{}) },
 	// What the package recommends for handlers that burn CPU.
 	"cpubound": func() (*worker.Layer, error) { return worker.New(worker.CPUBound()) },
+	// CPUBound with the scheduler latency target the demonstration uses.
+	"cpubound-sched20": func() (*worker.Layer, error) {
+		c := worker.CPUBound()
+		c.SchedLatencyTarget = 20 * time.Millisecond
+		return worker.New(c)
+	},
+	// CPUBound with the level moved by CPU alone: the budget does the rest.
+	"cpubound-nosched": func() (*worker.Layer, error) {
+		c := worker.CPUBound()
+		c.SchedLatencyTarget = -1
+		return worker.New(c)
+	},
 	// The worker budget without Yield.
 	"budget": func() (*worker.Layer, error) { return worker.New(worker.Config{Workers: worker.CPUWorkers()}) },
 }
