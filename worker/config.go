@@ -136,7 +136,8 @@ type CPUConfig struct {
 // something the process depends on is, 0 idle, 1 saturated, above 1 past
 // it. The layer calls Read on its sampler goroutine once per interval; Read
 // must be quick and safe to call from another goroutine than the one that
-// made it.
+// made it. A reading that is NaN, infinite or negative, or a Read that
+// panics, counts as 0.
 type Signal struct {
 	// Name labels the signal's utilization gauge; a short snake_case word.
 	Name string

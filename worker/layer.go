@@ -74,6 +74,17 @@ type signal struct {
 	reportOnly bool
 }
 
+// sample reads the signal; a panic in it counts as no pressure, as a
+// broken reading does, rather than ending the process from the sampler.
+func (s *signal) sample() (r float64) {
+	defer func() {
+		if recover() != nil {
+			r = 0
+		}
+	}()
+	return s.read()
+}
+
 // snapshot is the sampler's last reading, for gauges.
 type snapshot struct {
 	utilization float64
@@ -192,7 +203,7 @@ func (l *Layer) tick() {
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
-		r := s.read()
+		r := s.sample()
 		if !finite(r) || r < 0 {
 			r = 0 // a broken signal must not take the service down
 		}

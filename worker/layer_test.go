@@ -248,6 +248,16 @@ func TestHeadroomAndGauges(t *testing.T) {
 	}
 }
 
+func TestPanickingSignalCountsAsNoPressure(t *testing.T) {
+	l, pr, clock := pressureLayer(t, Config{Signals: []Signal{{Name: "broken", Read: func() float64 { panic("gauge gone") }}}})
+	pr.Store(math.Float64bits(0.5))
+	clock.Advance(DefaultInterval)
+	clock.Advance(DefaultInterval) // the sampler is still running
+	if l.Level() != 0 || math.Abs(l.Headroom()-0.5) > 0.01 {
+		t.Fatalf("level %v headroom %v, want 0 and 0.5 from the working signal", l.Level(), l.Headroom())
+	}
+}
+
 func TestBrokenSignalCountsAsNoPressure(t *testing.T) {
 	for _, v := range []float64{math.NaN(), math.Inf(1), -3} {
 		l, pr, clock := pressureLayer(t, Config{})
