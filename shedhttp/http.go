@@ -64,8 +64,14 @@ type Config struct {
 	// Combine KeyHeader, KeyBearer, KeyClientIP, KeyFrom with KeyCombine.
 	Key KeyFunc
 	// OnKeyError says what happens when Key fails (default
-	// KeyFallbackClientIP).
+	// KeyFallbackClientIP), unless KeyError is set.
 	OnKeyError KeyErrorPolicy
+	// KeyError, when set, decides instead of OnKeyError what happens to a
+	// request whose key cannot be extracted (err is ErrNoKey,
+	// ErrKeyTooLong or Key's own error): it returns the key to use and
+	// true, or answers the request itself and returns false, and the chain
+	// does not run. An empty key it returns counts as AnonymousKey.
+	KeyError func(w http.ResponseWriter, r *http.Request, err error) (key string, ok bool)
 	// MaxKeyLength bounds a key in bytes; a longer one counts as a Key
 	// failure (default DefaultMaxKeyLength).
 	MaxKeyLength int
@@ -119,6 +125,7 @@ type middleware struct {
 	chain      *shed.Chain
 	key        KeyFunc
 	onKeyError KeyErrorPolicy
+	keyError   func(http.ResponseWriter, *http.Request, error) (string, bool)
 	maxKey     int
 	clientIP   *ClientIP
 	routes     chi.Routes
@@ -201,7 +208,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		return nil, err
 	}
 	m := &middleware{
-		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, maxKey: cfg.MaxKeyLength,
+		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, keyError: cfg.KeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
 		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, clock: shed.ClockOr(cfg.Clock),
 	}
@@ -359,7 +366,15 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (shed.Reque
 			err = ErrNoKey
 		}
 	}
-	if err != nil {
+	if err != nil && m.keyError != nil {
+		var ok bool
+		if key, ok = m.keyError(w, r, err); !ok {
+			return req, false
+		}
+		if key == "" {
+			key = AnonymousKey
+		}
+	} else if err != nil {
 		switch m.onKeyError {
 		case KeyShared:
 			key = AnonymousKey

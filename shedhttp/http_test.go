@@ -787,6 +787,7 @@ func TestMiddlewareKeyErrorPolicies(t *testing.T) {
 	}
 	// No IP at all (a Unix socket peer) still gets a key.
 	c, s := routeRecorder(t)
+	testKeyErrorFunc(t)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "@"
 	newMW(t, c, shedhttp.Config{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
@@ -1051,3 +1052,44 @@ type headerOnly struct{ h http.Header }
 func (w *headerOnly) Header() http.Header         { return w.h }
 func (w *headerOnly) WriteHeader(int)             {}
 func (w *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+
+// testKeyErrorFunc: Config.KeyError decides instead of OnKeyError, with the
+// error: it gives a key, or answers the request itself.
+func testKeyErrorFunc(t *testing.T) {
+	t.Helper()
+	c, s := routeRecorder(t)
+	var errs []error
+	mw := newMW(t, c, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key"), OnKeyError: shedhttp.KeyReject,
+		KeyError: func(w http.ResponseWriter, r *http.Request, err error) (string, bool) {
+			errs = append(errs, err)
+			if r.URL.Path == "/public" {
+				return "public", true
+			}
+			if r.URL.Path == "/empty" {
+				return "", true
+			}
+			w.WriteHeader(http.StatusUnauthorized)
+			return "", false
+		}})
+	for _, tc := range []struct {
+		path, key string
+		status    int
+	}{{"/public", "public", 200}, {"/empty", shedhttp.AnonymousKey, 200}, {"/private", "", 401}} {
+		rec := httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		if rec.Code != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.path, rec.Code, tc.status)
+		}
+		if tc.status == 200 {
+			if got := s.last(t); got.Key != tc.key {
+				t.Errorf("%s: key %q, want %q", tc.path, got.Key, tc.key)
+			}
+		}
+	}
+	if len(errs) != 3 || !errors.Is(errs[0], shedhttp.ErrNoKey) {
+		t.Errorf("KeyError saw %v; want ErrNoKey three times", errs)
+	}
+	if n := len(s.reqs); n != 2 {
+		t.Errorf("the chain ran %d times, want 2 (not for the request KeyError answered)", n)
+	}
+}
