@@ -1093,3 +1093,32 @@ func testKeyErrorFunc(t *testing.T) {
 		t.Errorf("the chain ran %d times, want 2 (not for the request KeyError answered)", n)
 	}
 }
+
+// TestServiceCapacityNotDisclosed: limits that protect the service
+// (Quota.Service) stay out of what clients see unless DiscloseCapacity
+// says so; the client's own quota is always shown.
+func TestServiceCapacityNotDisclosed(t *testing.T) {
+	own := shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 99, Reset: time.Second}
+	capacity := shed.Quota{Policy: "in-flight", Limit: 512, Remaining: 500, Service: true}
+	for _, disclose := range []bool{false, true} {
+		a, b := shedtest.NewLayer("rate"), shedtest.NewLayer("inflight")
+		a.Quota, b.Quota = own, capacity
+		mw := newMW(t, newChain(t, a, b), shedhttp.Config{DiscloseCapacity: disclose})
+		rec := httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		pol := rec.Header().Get("RateLimit-Policy")
+		if !strings.Contains(pol, `"per-key"`) || strings.Contains(pol, `"in-flight"`) != disclose {
+			t.Errorf("disclose %v: admitted RateLimit-Policy %q", disclose, pol)
+		}
+		b.Reject(shed.Shed("too many requests in flight", time.Second, capacity))
+		rec = httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		p := decodeProblem(t, rec)
+		if got := rec.Header().Get("RateLimit"); strings.Contains(got, "in-flight") != disclose {
+			t.Errorf("disclose %v: rejection's RateLimit %q", disclose, got)
+		}
+		if (len(p.Violated) == 1) != disclose || rec.Code != 503 || rec.Header().Get("Retry-After") != "1" {
+			t.Errorf("disclose %v: rejection %d, violated-policies %q, Retry-After %q", disclose, rec.Code, p.Violated, rec.Header().Get("Retry-After"))
+		}
+	}
+}
