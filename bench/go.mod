@@ -3,6 +3,7 @@ module github.com/loadshed/loadshed/bench
 go 1.26.8
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1

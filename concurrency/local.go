@@ -275,7 +275,7 @@ func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls := shed.NewLease(l)
 	ls.Cost = cost
 	l.guards.Issue(&ls, t.s)
-	if t.s != nil && (!l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter) {
+	if t.s != nil && l.showKeyQuota(t, limit) {
 		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 	} else {
 		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
@@ -313,7 +313,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	ls.Cost = cost
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
-		if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
+		if l.showKeyQuota(&t, limit) {
 			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 		} else {
 			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
@@ -377,4 +377,13 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	if l.queue != nil {
 		l.queue.Notify()
 	}
+}
+
+// showKeyQuota says which quota a lease carries, for the RateLimit fields:
+// the client's own per-key limit whenever there is one, so that every
+// response of a route names the same policy (the overall limit is the
+// service's, which clients are not told by default); otherwise the limit
+// with the least room left.
+func (l *Layer) showKeyQuota(t *taken, limit int64) bool {
+	return !l.hasAll || l.keyBy == KeyByClient || l.perKey-t.keyAfter < limit-t.allAfter
 }

@@ -278,7 +278,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 }
 
 func quotaOf(c *compiledRule, r Result) shed.Quota {
-	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: r.ResetAfter}
+	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: nextUnit(c.alg, c.limit, r)}
 }
 
 // refund gives back everything t holds. notify wakes the keys' waiters:

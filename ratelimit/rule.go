@@ -102,6 +102,7 @@ type compiledRule struct {
 	prefix  []byte // escaped length-prefixed domain and name
 	bare    bool   // the key is the only entry's value alone
 	limit   Limit
+	alg     Algorithm
 	decider FallbackDecider // Store, when it tells fallback decisions apart
 	// ownOverage is the overage limiter the layer built (and closes).
 	ownOverage *Memory
@@ -159,6 +160,7 @@ func compileRule(i int, r Rule) (*compiledRule, error) {
 		return nil, err
 	}
 	c.limit = r.Store.Limit()
+	c.alg = r.Store.Algorithm()
 	c.decider, _ = r.Store.(FallbackDecider)
 	var pre []byte
 	pre = appendPart(pre, r.Domain)

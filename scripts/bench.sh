@@ -11,14 +11,14 @@
 #   ./scripts/bench.sh RateMemory ChainHTTP  # only these groups
 #
 # Groups: Clock, RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal,
-# ConcurrencyHTTP, ChainHTTP. Set LOADSHED_REDIS_ADDR to use a running
+# ConcurrencyHTTP, ChainHTTP, RouterHTTP. Set LOADSHED_REDIS_ADDR to use a running
 # server instead of starting one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-6}
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RedisRate RedisConcurrency)
+[ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RouterHTTP RedisRate RedisConcurrency)
 
 if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
   . scripts/redis.sh

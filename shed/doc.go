@@ -1,20 +1,53 @@
 // Package shed is the spine of loadshed: the vocabulary every layer speaks
-// (Priority, Request, Lease, Rejection, Mode, Action), the Chain that runs
-// layers in sequence, the priority-aware wait queue, and the observer hooks.
-// It speaks no HTTP: package shedhttp mounts a Chain as net/http and chi
-// middleware, and Chain.Do runs one around any function (jobs, RPC).
+// and the Chain that runs layers in sequence. It speaks no HTTP: package
+// shedhttp mounts a Chain as net/http and chi middleware, and Chain.Do runs
+// one around any function (jobs, RPC).
 //
-// A request's path through a chain:
+// # Using a chain
 //
-//	request ─► resolve (key, route, priority, cost, deadline)
-//	        ─► layer 1 ─► layer 2 ─► ... ─► handler
-//	        ─► leases released in reverse order, outcome recorded
+// Build layers (ratelimit, concurrency, ...), put them in a Chain with
+// NewChain, and run work through it:
 //
-// Each layer answers one question for one request. Acquiring gives a Lease
-// or an error (a *Rejection); every lease is released exactly once with an
-// Outcome, so adaptive layers learn only from real outcomes. A later layer's
-// rejection releases what earlier layers granted.
+//	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rate, inFlight}})
+//	err = chain.Do(ctx, shed.Request{Key: "job:nightly", Priority: shed.Sheddable}, run)
+//	var rej *shed.Rejection
+//	if errors.As(err, &rej) { /* rej.Status, rej.RetryAfter, rej.Reason */ }
 //
-// shed imports neither Prometheus nor OpenTelemetry; observers adapt events
-// to them.
+// A Request says who is asking (Key), for what (Route), how important it
+// is (Priority: TestMode < Sheddable < Default < Critical; the zero value
+// Unset resolves to the context's priority, WithPriority, else Default) and
+// what it costs. Each layer answers one question: it grants a Lease or
+// rejects with a *Rejection (429 StatusTooManyRequests: the client is over
+// its own limit; 503 StatusServiceUnavailable: the service sheds load). A
+// later layer's rejection releases what earlier layers granted, with
+// Unused; admitted work releases its leases once it ends, with an Outcome,
+// so adaptive layers learn only from real outcomes. Chain.Acquire and a
+// Grant do the same without a function, for callers that hold work open.
+//
+// An Observer sees every decision and release as an Event (layer, policy,
+// priority, route, kind, outcome: no key, so metrics stay bounded); shed
+// imports neither Prometheus nor OpenTelemetry, adapters do. Layers whose
+// state a dashboard shows report Gauges (GaugeReporter).
+//
+// # Writing a layer
+//
+// The rest of the package is a toolkit for layer authors; users of the
+// layers need none of it:
+//
+//   - Layer and Releaser: Acquire returns NewLease(releaser), with Cost,
+//     Quota (the limit, for the RateLimit fields; Quota.Service for the
+//     service's own capacity) and flags (Over, DryRun, Fallback, Waited).
+//   - GuardPool: a per-grant guard in Lease.Ref and Lease.ID, claimed once,
+//     so that releasing a copy of a released lease is harmless.
+//   - Throttled, Shed and QueueRejection build rejections; the chain fills
+//     in Layer and Priority, so return a new one from every call.
+//   - Enforcement (Mode, Action, dry run) decides with Decide, giving a
+//     Verdict; Episode bounds a soft overage; Headroom is the elastic
+//     signal.
+//   - WaitQueue queues requests for capacity, highest priority first,
+//     bounded and cancellation-safe.
+//   - Clock (ClockOr, SystemClock) for time that tests can move.
+//
+// Package shed/shedtest has a manual clock, test layers and RunLayerSuite,
+// the conformance suite every layer (ours and yours) should pass.
 package shed

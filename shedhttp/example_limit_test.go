@@ -29,6 +29,6 @@ func ExampleLimit() {
 	}
 	// Output:
 	// 200 "per-key";r=1;t=30, "in-flight-per-key";r=9 retry-after=""
-	// 200 "per-key";r=0;t=60, "in-flight-per-key";r=9 retry-after=""
+	// 200 "per-key";r=0;t=30, "in-flight-per-key";r=9 retry-after=""
 	// 429 "per-key";r=0;t=30 retry-after="30"
 }

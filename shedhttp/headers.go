@@ -345,6 +345,8 @@ type policySets struct {
 	last atomic.Pointer[policySet]
 	mu   sync.Mutex
 	m    atomic.Pointer[map[uint64]*policySet]
+	// disclose is Config.DiscloseCapacity.
+	disclose bool
 }
 
 // policySet is one cached set; immutable once published.
@@ -352,6 +354,8 @@ type policySet struct {
 	keys   []policyKey
 	policy string   // the RateLimit-Policy value
 	starts []string // appendLimitStart of each quota, in order
+	// disclose is the owning policySets' Config.DiscloseCapacity.
+	disclose bool
 }
 
 // policyKey is what a RateLimit-Policy item depends on.
@@ -361,7 +365,13 @@ type policyKey struct {
 	window time.Duration
 }
 
-func newPolicySets() *policySets { return &policySets{seed: maphash.MakeSeed()} }
+func newPolicySets(disclose bool) *policySets {
+	return &policySets{seed: maphash.MakeSeed(), disclose: disclose}
+}
+
+// shown reports whether q goes into the fields clients see: a quota, and
+// not the service's own capacity unless Config.DiscloseCapacity says so.
+func shown(q *shed.Quota, disclose bool) bool { return !q.IsZero() && (disclose || !q.Service) }
 
 // lookup returns the set of the leases' quotas (at least one is not
 // zero), or nil when it is not cached and the cache is full.
@@ -382,7 +392,7 @@ func (c *policySets) lookup(leases []shed.Lease) *policySet {
 func (c *policySets) find(leases []shed.Lease) *policySet {
 	var h uint64
 	for i := range leases {
-		if q := &leases[i].Quota; !q.IsZero() {
+		if q := &leases[i].Quota; shown(q, c.disclose) {
 			h = (h ^ maphash.String(c.seed, q.Policy) ^ uint64(q.Limit)*0x9e3779b97f4a7c15 ^ uint64(q.Window)*0xc2b2ae3d27d4eb4f) * 0x100000001b3
 		}
 	}
@@ -398,7 +408,7 @@ func (s *policySet) matches(leases []shed.Lease) bool {
 	j := 0
 	for i := range leases {
 		q := &leases[i].Quota
-		if q.IsZero() {
+		if !shown(q, s.disclose) {
 			continue
 		}
 		if j == len(s.keys) {
@@ -429,11 +439,11 @@ func (c *policySets) add(h uint64, leases []shed.Lease) *policySet {
 	if n >= maxCachedPolicySets {
 		return nil
 	}
-	s := &policySet{}
+	s := &policySet{disclose: c.disclose}
 	var policy []byte
 	for i := range leases {
 		q := &leases[i].Quota
-		if q.IsZero() {
+		if !shown(q, c.disclose) {
 			continue
 		}
 		if len(s.keys) > 0 {

@@ -64,8 +64,14 @@ type Config struct {
 	// Combine KeyHeader, KeyBearer, KeyClientIP, KeyFrom with KeyCombine.
 	Key KeyFunc
 	// OnKeyError says what happens when Key fails (default
-	// KeyFallbackClientIP).
+	// KeyFallbackClientIP), unless KeyError is set.
 	OnKeyError KeyErrorPolicy
+	// KeyError, when set, decides instead of OnKeyError what happens to a
+	// request whose key cannot be extracted (err is ErrNoKey,
+	// ErrKeyTooLong or Key's own error): it returns the key to use and
+	// true, or answers the request itself and returns false, and the chain
+	// does not run. An empty key it returns counts as AnonymousKey.
+	KeyError func(w http.ResponseWriter, r *http.Request, err error) (key string, ok bool)
 	// MaxKeyLength bounds a key in bytes; a longer one counts as a Key
 	// failure (default DefaultMaxKeyLength).
 	MaxKeyLength int
@@ -104,6 +110,13 @@ type Config struct {
 	// OnReject, when set, answers every rejection instead of the default
 	// response (see WriteRejection); nothing else is written for it.
 	OnReject func(w http.ResponseWriter, r *http.Request, rej *shed.Rejection)
+	// DiscloseCapacity adds the limits that protect the service's own
+	// capacity (shed.Quota.Service: an overall or per-route in-flight
+	// limit, the fleet's, the worker's) to the RateLimit fields and
+	// problem documents clients see. Off by default: the draft's security
+	// considerations advise against telling clients what the service can
+	// take. The client's own quotas are always shown.
+	DiscloseCapacity bool
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (a Unix time) for the tightest rate quota (the one
 	// with the fewest units left among those with a window; a limit on
@@ -119,6 +132,7 @@ type middleware struct {
 	chain      *shed.Chain
 	key        KeyFunc
 	onKeyError KeyErrorPolicy
+	keyError   func(http.ResponseWriter, *http.Request, error) (string, bool)
 	maxKey     int
 	clientIP   *ClientIP
 	routes     chi.Routes
@@ -128,6 +142,7 @@ type middleware struct {
 	onReject   func(http.ResponseWriter, *http.Request, *shed.Rejection)
 	skip       func(*http.Request) bool
 	legacy     bool
+	disclose   bool
 	clock      shed.Clock
 	states     sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
@@ -201,9 +216,10 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		return nil, err
 	}
 	m := &middleware{
-		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, maxKey: cfg.MaxKeyLength,
+		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, keyError: cfg.KeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
-		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, clock: shed.ClockOr(cfg.Clock),
+		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, disclose: cfg.DiscloseCapacity,
+		clock: shed.ClockOr(cfg.Clock),
 	}
 	if m.key == nil {
 		m.key = ip.Key
@@ -212,7 +228,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		m.maxKey = DefaultMaxKeyLength
 	}
 	m.table.rules = rules
-	m.sets = newPolicySets()
+	m.sets = newPolicySets(m.disclose)
 	m.states.New = func() any { return new(httpState) }
 	return m, nil
 }
@@ -248,7 +264,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.rejected(w, r, err)
 		return
 	}
-	if leases := st.grant.Leases(); hasQuota(leases) {
+	if leases := st.grant.Leases(); hasQuota(leases, m.disclose) {
 		m.writeLeaseFields(w.Header(), leases)
 	}
 	st.rw.w = w
@@ -267,9 +283,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.recycle(st)
 }
 
-func hasQuota(leases []shed.Lease) bool {
+func hasQuota(leases []shed.Lease, disclose bool) bool {
 	for i := range leases {
-		if !leases[i].Quota.IsZero() {
+		if shown(&leases[i].Quota, disclose) {
 			return true
 		}
 	}
@@ -291,7 +307,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease) {
 	var t tightest
 	j := 0
 	for i := range leases {
-		if q := &leases[i].Quota; !q.IsZero() {
+		if q := &leases[i].Quota; shown(q, m.disclose) {
 			if j > 0 {
 				b = append(b, ", "...)
 			}
@@ -312,7 +328,7 @@ func (m *middleware) writeLeaseFieldsSlow(h http.Header, leases []shed.Lease) {
 	policy, limit := pb[:0], lb[:0]
 	var t tightest
 	for i := range leases {
-		if q := &leases[i].Quota; !q.IsZero() {
+		if q := &leases[i].Quota; shown(q, m.disclose) {
 			policy, limit = appendQuota(policy, limit, q, leases[i].Over)
 			t.see(q)
 		}
@@ -359,7 +375,15 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (shed.Reque
 			err = ErrNoKey
 		}
 	}
-	if err != nil {
+	if err != nil && m.keyError != nil {
+		var ok bool
+		if key, ok = m.keyError(w, r, err); !ok {
+			return req, false
+		}
+		if key == "" {
+			key = AnonymousKey
+		}
+	} else if err != nil {
 		switch m.onKeyError {
 		case KeyShared:
 			key = AnonymousKey
@@ -411,7 +435,7 @@ func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error)
 		m.onReject(w, r, rej)
 		return
 	}
-	writeRejection(w, rej, m.legacy, m.now(), &m.policies)
+	writeRejection(w, rej, m.legacy, m.disclose, m.now(), &m.policies)
 }
 
 // asRejection is errors.As for a wrapped rejection, apart so that the

@@ -787,6 +787,7 @@ func TestMiddlewareKeyErrorPolicies(t *testing.T) {
 	}
 	// No IP at all (a Unix socket peer) still gets a key.
 	c, s := routeRecorder(t)
+	testKeyErrorFunc(t)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "@"
 	newMW(t, c, shedhttp.Config{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
@@ -1051,3 +1052,73 @@ type headerOnly struct{ h http.Header }
 func (w *headerOnly) Header() http.Header         { return w.h }
 func (w *headerOnly) WriteHeader(int)             {}
 func (w *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+
+// testKeyErrorFunc: Config.KeyError decides instead of OnKeyError, with the
+// error: it gives a key, or answers the request itself.
+func testKeyErrorFunc(t *testing.T) {
+	t.Helper()
+	c, s := routeRecorder(t)
+	var errs []error
+	mw := newMW(t, c, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key"), OnKeyError: shedhttp.KeyReject,
+		KeyError: func(w http.ResponseWriter, r *http.Request, err error) (string, bool) {
+			errs = append(errs, err)
+			if r.URL.Path == "/public" {
+				return "public", true
+			}
+			if r.URL.Path == "/empty" {
+				return "", true
+			}
+			w.WriteHeader(http.StatusUnauthorized)
+			return "", false
+		}})
+	for _, tc := range []struct {
+		path, key string
+		status    int
+	}{{"/public", "public", 200}, {"/empty", shedhttp.AnonymousKey, 200}, {"/private", "", 401}} {
+		rec := httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", tc.path, nil))
+		if rec.Code != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.path, rec.Code, tc.status)
+		}
+		if tc.status == 200 {
+			if got := s.last(t); got.Key != tc.key {
+				t.Errorf("%s: key %q, want %q", tc.path, got.Key, tc.key)
+			}
+		}
+	}
+	if len(errs) != 3 || !errors.Is(errs[0], shedhttp.ErrNoKey) {
+		t.Errorf("KeyError saw %v; want ErrNoKey three times", errs)
+	}
+	if n := len(s.reqs); n != 2 {
+		t.Errorf("the chain ran %d times, want 2 (not for the request KeyError answered)", n)
+	}
+}
+
+// TestServiceCapacityNotDisclosed: limits that protect the service
+// (Quota.Service) stay out of what clients see unless DiscloseCapacity
+// says so; the client's own quota is always shown.
+func TestServiceCapacityNotDisclosed(t *testing.T) {
+	own := shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 99, Reset: time.Second}
+	capacity := shed.Quota{Policy: "in-flight", Limit: 512, Remaining: 500, Service: true}
+	for _, disclose := range []bool{false, true} {
+		a, b := shedtest.NewLayer("rate"), shedtest.NewLayer("inflight")
+		a.Quota, b.Quota = own, capacity
+		mw := newMW(t, newChain(t, a, b), shedhttp.Config{DiscloseCapacity: disclose})
+		rec := httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		pol := rec.Header().Get("RateLimit-Policy")
+		if !strings.Contains(pol, `"per-key"`) || strings.Contains(pol, `"in-flight"`) != disclose {
+			t.Errorf("disclose %v: admitted RateLimit-Policy %q", disclose, pol)
+		}
+		b.Reject(shed.Shed("too many requests in flight", time.Second, capacity))
+		rec = httptest.NewRecorder()
+		mw(http.HandlerFunc(ok)).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		p := decodeProblem(t, rec)
+		if got := rec.Header().Get("RateLimit"); strings.Contains(got, "in-flight") != disclose {
+			t.Errorf("disclose %v: rejection's RateLimit %q", disclose, got)
+		}
+		if (len(p.Violated) == 1) != disclose || rec.Code != 503 || rec.Header().Get("Retry-After") != "1" {
+			t.Errorf("disclose %v: rejection %d, violated-policies %q, Retry-After %q", disclose, rec.Code, p.Violated, rec.Header().Get("Retry-After"))
+		}
+	}
+}

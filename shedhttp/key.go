@@ -337,87 +337,117 @@ func (c *ClientIP) walkList(vals []string, last netip.Addr) netip.Addr {
 	return last
 }
 
-// walkForwarded walks RFC 7239 Forwarded elements right to left. Elements
-// are split forwards (quoted strings may hold commas) into a bounded window
-// of the last maxHops for= values.
+// walkForwarded walks RFC 7239 Forwarded elements right to left.
+//
+// Elements are split from the right, too: the elements trusted proxies
+// appended are the last ones, and well formed, so they are read exactly
+// as written whatever the client put before them. Split from the left, a
+// quoted string the client opens and never closes (for=6.6.6.6;x=") would
+// run over the proxy's element, or pair with the quote of a proxy's
+// quoted IPv6 node, and hide it (issue 11). An element whose quotes do not
+// balance is malformed: the walk stops there, at the last good hop.
 func (c *ClientIP) walkForwarded(vals []string, last netip.Addr) netip.Addr {
-	var ring [maxHops]string
-	n := 0
-	for _, v := range vals {
-		forEachForwardedFor(v, func(f string) {
-			ring[n%maxHops] = f
-			n++
-		})
-	}
-	lo := max(n-maxHops, 0)
-	for i := n - 1; i >= lo; i-- {
-		a, ok := parseForwardedNode(ring[i%maxHops])
-		if !ok {
-			return last
+	hops := 0
+	for i := len(vals) - 1; i >= 0; i-- {
+		v := vals[i]
+		end := len(v)
+		for {
+			start, balanced := prevForwardedElement(v, end)
+			if elem := v[start:end]; strings.TrimSpace(elem) != "" {
+				val, ok := forwardedFor(elem)
+				if !balanced || !ok {
+					return last
+				}
+				a, ok := parseForwardedNode(val)
+				if !ok {
+					return last
+				}
+				if !c.Trusted(a) {
+					return a
+				}
+				last = a
+				if hops++; hops >= maxHops {
+					return last
+				}
+			}
+			if start == 0 {
+				break
+			}
+			end = start - 1 // before the ','
 		}
-		if !c.Trusted(a) {
-			return a
-		}
-		last = a
 	}
 	return last
 }
 
-// forEachForwardedFor calls f with the for= value of each element of one
-// Forwarded field value ("" for an element without one), in order, quotes
-// removed. Empty elements are skipped. Malformed input yields odd values,
-// never a panic or an endless loop: every step moves i forward.
-func forEachForwardedFor(v string, f func(string)) {
-	i := 0
-	for {
-		forVal, seen, nonEmpty := "", false, false
-		for i < len(v) && v[i] != ',' {
-			if c := v[i]; c == ' ' || c == '\t' || c == ';' {
-				i++
-				continue
-			}
-			nonEmpty = true
-			ks := i
-			for i < len(v) && v[i] != '=' && v[i] != ';' && v[i] != ',' {
-				i++
-			}
-			key := strings.TrimSpace(v[ks:i])
-			val := ""
-			if i < len(v) && v[i] == '=' {
-				i++
-				if i < len(v) && v[i] == '"' {
-					i++
-					vs := i
-					for i < len(v) && v[i] != '"' {
-						if v[i] == '\\' && i+1 < len(v) {
-							i++ // a quoted-pair; no address holds one, so it stays malformed
-						}
-						i++
-					}
-					val = v[vs:i]
-					for i < len(v) && v[i] != ';' && v[i] != ',' {
-						i++ // the closing quote and any junk after it
-					}
-				} else {
-					vs := i
-					for i < len(v) && v[i] != ';' && v[i] != ',' {
-						i++
-					}
-					val = strings.TrimSpace(v[vs:i])
-				}
-			}
-			if !seen && strings.EqualFold(key, "for") {
-				forVal, seen = val, true
+// prevForwardedElement returns where the element of v that ends at end
+// starts: after the nearest comma to its left outside a quoted string.
+// balanced is false when the element's quotes do not pair up (only the
+// leftmost element of a line can be so).
+func prevForwardedElement(v string, end int) (start int, balanced bool) {
+	quoted := false
+	for j := end - 1; j >= 0; j-- {
+		switch v[j] {
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				return j + 1, true
 			}
 		}
-		if nonEmpty {
-			f(forVal)
-		}
-		if i >= len(v) {
-			return
-		}
-		i++ // past ','
 	}
+	return 0, !quoted
+}
+
+// forwardedFor returns the for= value of one Forwarded element, quotes
+// removed ("" when it has none). ok is false when a quoted string in the
+// element is not closed (a quoted-pair may escape what looked like its
+// closing quote). Malformed input yields odd values, never a panic or an
+// endless loop: every step moves i forward.
+func forwardedFor(elem string) (forVal string, ok bool) {
+	seen := false
+	i := 0
+	for i < len(elem) {
+		if c := elem[i]; c == ' ' || c == '\t' || c == ';' {
+			i++
+			continue
+		}
+		ks := i
+		for i < len(elem) && elem[i] != '=' && elem[i] != ';' {
+			i++
+		}
+		key := strings.TrimSpace(elem[ks:i])
+		val := ""
+		if i < len(elem) && elem[i] == '=' {
+			i++
+			if i < len(elem) && elem[i] == '"' {
+				i++
+				vs := i
+				for i < len(elem) && elem[i] != '"' {
+					if elem[i] == '\\' {
+						i++ // a quoted-pair; no address holds one, so the value stays malformed
+					}
+					i++
+				}
+				if i >= len(elem) {
+					return "", false // never closed
+				}
+				val = elem[vs:i]
+				for i < len(elem) && elem[i] != ';' {
+					i++ // the closing quote and any junk after it
+				}
+			} else {
+				vs := i
+				for i < len(elem) && elem[i] != ';' {
+					i++
+				}
+				val = strings.TrimSpace(elem[vs:i])
+			}
+		}
+		if !seen && strings.EqualFold(key, "for") {
+			forVal, seen = val, true
+		}
+	}
+	return forVal, true
 }
 
 // parseForwardedNode parses an RFC 7239 node: "192.0.2.1", "192.0.2.1:80",

@@ -179,17 +179,45 @@ func TestClientIPHonoursCustomHeader(t *testing.T) {
 	}
 }
 
-// FuzzClientIP feeds arbitrary headers and peers to both header modes: it
-// must never panic, and whatever it returns is the peer or an address that
-// appears in the header.
+// TestForwardedUnclosedQuoteCannotHideTheProxysElement is issue 11's bug 2:
+// a client opens a quoted string it never closes, a trusted proxy appends
+// its own element to the same line (nginx's "$http_forwarded,
+// $proxy_forwarded_elem"), and the open quote must not swallow the
+// proxy's element, whether that element is quoted (IPv6) or not.
+func TestForwardedUnclosedQuoteCannotHideTheProxysElement(t *testing.T) {
+	fwd := mustClientIP(t, "Forwarded", "10.0.0.0/8")
+	for _, tc := range []struct{ sent, appended, want string }{
+		{`for=6.6.6.6;x="`, `for=203.0.113.5`, "203.0.113.5"},
+		{`for=6.6.6.6;x="`, `for="[2001:db8::5]:4711"`, "2001:db8::5"},
+		{`for="6.6.6.6`, `for=203.0.113.5`, "203.0.113.5"},
+		{`for=6.6.6.6;x="a\"`, `for=203.0.113.5;proto=https`, "203.0.113.5"},
+		{`for=6.6.6.6, for="`, `for="203.0.113.5"`, "203.0.113.5"},
+		// Well-formed quoted strings holding commas still parse.
+		{`for=6.6.6.6;x="a,b"`, `for=10.1.1.1`, "6.6.6.6"},
+	} {
+		r := reqWith("10.0.0.1:443", "Forwarded", tc.sent+", "+tc.appended)
+		a, err := fwd.Addr(r)
+		if err != nil || a.String() != tc.want {
+			t.Errorf("Forwarded: %s, %s: client %v, %v; want %s", tc.sent, tc.appended, a, err, tc.want)
+		}
+	}
+}
+
+// FuzzClientIP feeds arbitrary headers and peers to both header modes. Its
+// oracle: an element (or list entry) a trusted proxy appends after
+// whatever the client sent is never hidden by it. The proxy at 10.0.0.1
+// appends the address of the peer it saw, 203.0.113.7 (untrusted), so the
+// client is 203.0.113.7 whatever the client's part holds.
 func FuzzClientIP(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4, 10.0.0.2", `for=1.2.3.4;proto=http, for="[::1]:80"`)
 	f.Add("[2001:db8::1]:443", "[2001:db8::2]:80,, ,", `for="unterminated`)
 	f.Add("10.0.0.1", "\x00,\xff,::ffff:1.2.3.4", `;;;=,=;for=;for="\"`)
 	f.Add("", ",,,,", `for="[fe80::1%25eth0]";by=x`)
 	f.Add("10.0.0.1:1", strings.Repeat("10.0.0.9,", 100), strings.Repeat("for=10.0.0.9,", 100))
+	f.Add("10.0.0.1:1", `6.6.6.6, "`, `for=6.6.6.6;x="`)
 	xff := mustClientIP(f, "", "10.0.0.0/8", "::/0")
 	fwd := mustClientIP(f, "Forwarded", "10.0.0.0/8", "::/0")
+	fwd4 := mustClientIP(f, "Forwarded", "10.0.0.0/8")
 	f.Fuzz(func(t *testing.T, remote, xffVal, fwdVal string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{
 			"X-Forwarded-For": {xffVal}, "Forwarded": {fwdVal},
@@ -208,6 +236,24 @@ func FuzzClientIP(f *testing.F) {
 			if k, err := c.Key(r); err != nil || k == "" {
 				t.Fatalf("Key = %q, %v after Addr succeeded", k, err)
 			}
+		}
+		// The oracle: a trusted proxy appends its element to the client's line.
+		const client = "203.0.113.7"
+		appended := &http.Request{RemoteAddr: "10.0.0.1:443", Header: http.Header{
+			"X-Forwarded-For": {xffVal + ", " + client},
+			"Forwarded":       {fwdVal + ", for=" + client},
+		}}
+		for _, c := range []*shedhttp.ClientIP{xff, fwd} {
+			if a, err := c.Addr(appended); err != nil || a.String() != client {
+				t.Fatalf("client's part %q / %q hid the proxy's element: client %v, %v; want %s",
+					xffVal, fwdVal, a, err, client)
+			}
+		}
+		quoted := &http.Request{RemoteAddr: "10.0.0.1:443", Header: http.Header{
+			"Forwarded": {fwdVal + `, for="[2001:db8::7]:1"`},
+		}}
+		if a, err := fwd4.Addr(quoted); err != nil || a.String() != "2001:db8::7" {
+			t.Fatalf("client's part %q hid the proxy's quoted element: client %v, %v", fwdVal, a, err)
 		}
 		_, _ = shedhttp.KeyBearer()(&http.Request{Header: http.Header{"Authorization": {xffVal}}})
 		_, _ = shedhttp.KeyCombine(shedhttp.KeyHeader("Forwarded"), shedhttp.KeyClientIP(xff))(r)

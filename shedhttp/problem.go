@@ -38,14 +38,14 @@ var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 // rejection's client-safe fields, never an internal error's text. Use it
 // from an OnReject that logs, counts or adds headers of its own first.
 func WriteRejection(w http.ResponseWriter, rej *shed.Rejection) {
-	writeRejection(w, rej, false, time.Time{}, &rejectionPolicies)
+	writeRejection(w, rej, false, false, time.Time{}, &rejectionPolicies)
 }
 
 // rejectionPolicies caches the RateLimit-Policy values of WriteRejection
 // called on its own (from an OnReject).
 var rejectionPolicies policyCache
 
-func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, now time.Time, policies *policyCache) {
+func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy, disclose bool, now time.Time, policies *policyCache) {
 	h := w.Header()
 	pv := new(problemValues)
 	if s := rej.RetryAfterSeconds(); s > 0 {
@@ -55,8 +55,13 @@ func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, now
 	var pb, lb [256]byte
 	policy, limit := pb[:0], lb[:0]
 	var t tightest
+	var sb [4]shed.Quota
+	violated := sb[:0]
 	for i := range rej.Policies {
 		q := rej.Policies[i]
+		if !shown(&q, disclose) {
+			continue
+		}
 		// The draft asks that Retry-After not point before the end of the
 		// effective window (t): a client told r=0 for t seconds should
 		// not be told to come back sooner. Units may come back before the
@@ -65,17 +70,16 @@ func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, now
 		if rej.RetryAfter > 0 && q.Reset > rej.RetryAfter {
 			q.Reset = rej.RetryAfter
 		}
-		if !q.IsZero() {
-			policy, limit = appendQuota(policy, limit, &q, false)
-			t.see(&q)
-		}
+		policy, limit = appendQuota(policy, limit, &q, false)
+		t.see(&q)
+		violated = append(violated, rej.Policies[i])
 	}
 	writeQuotaFields(h, policy, limit, &t, legacy, now, policies)
 	status := rej.Status
 	if status < 400 || status > 599 {
 		status = http.StatusServiceUnavailable
 	}
-	writeProblemValues(w, status, rej.Reason, rej.Policies, pv)
+	writeProblemValues(w, status, rej.Reason, violated, pv)
 }
 
 // writeProblem writes a problem document for status. detail must be

@@ -1,5 +1,7 @@
-// Package shedtest holds test doubles for code built on shed: a manual clock
-// and layers that admit or reject on demand.
+// Package shedtest holds what tests of code built on shed need: a manual
+// clock, layers that admit or reject on demand, and RunLayerSuite, the
+// conformance suite every shed.Layer should pass (run it from your own
+// layer's tests).
 package shedtest
 
 import (
