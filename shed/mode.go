@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -307,9 +308,13 @@ func (e *Enforcement) minHeadroom() float64 {
 // The zero value is ready. It is safe for concurrent use and
 // allocation-free; layers consult it only for requests over their limit.
 type Episode struct {
+	// since and last are written under mu, but read and advanced without
+	// it on the path every request over the limit takes under overload:
+	// within a cool-down of the last overage no episode can begin, so only
+	// last moves, and it only moves forward.
 	mu    sync.Mutex
-	since int64 // Unix ns the current episode began
-	last  int64 // Unix ns the limit was last exceeded; 0: never
+	since atomic.Int64 // Unix ns the current episode began
+	last  atomic.Int64 // Unix ns the limit was last exceeded; 0: never
 }
 
 // Over records a request over the limit at now and reports whether the
@@ -317,15 +322,30 @@ type Episode struct {
 // current episode, or begins a new one (see Episode).
 func (s *Episode) Over(now time.Time, length, cooldown time.Duration) bool {
 	t := now.UnixNano()
+	if last := s.last.Load(); last != 0 && t-last < int64(cooldown) {
+		s.advance(t)
+		return t-s.since.Load() <= int64(length)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.last == 0 || t-s.last >= int64(cooldown) && t-s.since > int64(length)+int64(cooldown) {
-		s.since = t
+	last := s.last.Load()
+	if last == 0 || t-last >= int64(cooldown) && t-s.since.Load() > int64(length)+int64(cooldown) {
+		s.since.Store(t)
 	}
-	if t > s.last {
-		s.last = t
+	s.advance(t)
+	return t-s.since.Load() <= int64(length)
+}
+
+// advance moves last forward to t, never back. It keeps last to the
+// millisecond, so that under overload, when every request is over the
+// limit, the shared word is read far more often than written.
+func (s *Episode) advance(t int64) {
+	for {
+		last := s.last.Load()
+		if t-last < int64(time.Millisecond) && last != 0 || s.last.CompareAndSwap(last, t) {
+			return
+		}
 	}
-	return t-s.since <= int64(length)
 }
 
 // Hold records that the limit is still exceeded at now, with no request
@@ -335,11 +355,12 @@ func (s *Episode) Over(now time.Time, length, cooldown time.Duration) bool {
 // It does nothing before the first Over.
 func (s *Episode) Hold(now time.Time) {
 	t := now.UnixNano()
-	s.mu.Lock()
-	if s.last != 0 && t > s.last {
-		s.last = t
+	for {
+		last := s.last.Load()
+		if last == 0 || t-last < int64(time.Millisecond) || s.last.CompareAndSwap(last, t) {
+			return
+		}
 	}
-	s.mu.Unlock()
 }
 
 // End forgets the episode and its cool-down: the next request over the
@@ -349,6 +370,7 @@ func (s *Episode) Hold(now time.Time) {
 // for a state reset, such as a limit that was reconfigured.
 func (s *Episode) End() {
 	s.mu.Lock()
-	s.since, s.last = 0, 0
+	s.last.Store(0)
+	s.since.Store(0)
 	s.mu.Unlock()
 }
