@@ -158,6 +158,23 @@ func ExampleEnforcement_Decide() {
 	// dry run, over: admit (dry run: would reject)
 }
 
+func ExampleEnforcement_DecideOver() {
+	// Soft: each limit has its own episode of at most 30s; a request over
+	// two limits goes over only if both episodes allow it.
+	soft := shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second}
+	var perKey, overall shed.Episode
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fmt.Println(soft.DecideOver(start, true, &overall))                              // the overall episode begins
+	fmt.Println(soft.DecideOver(start.Add(20*time.Second), true, &overall))          // 20s into it
+	fmt.Println(soft.DecideOver(start.Add(40*time.Second), true, &perKey))           // the key's own, fresh
+	fmt.Println(soft.DecideOver(start.Add(40*time.Second), true, &perKey, &overall)) // the overall one is spent
+	// Output:
+	// admit-over
+	// admit-over
+	// admit-over
+	// deny
+}
+
 func ExampleWaitQueue() {
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, err := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 10, MaxWait: 2 * time.Second, Clock: clock})
