@@ -369,6 +369,9 @@ func (s *Episode) Hold(now time.Time) {
 // dips under it between requests, start a new episode every time); it is
 // for a state reset, such as a limit that was reconfigured.
 func (s *Episode) End() {
+	if s.last.Load() == 0 {
+		return // nothing to forget: one atomic load for callers on every admission
+	}
 	s.mu.Lock()
 	s.last.Store(0)
 	s.since.Store(0)
