@@ -671,20 +671,24 @@ func TestLayerFullQueueEvictsLowerPriority(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	done := make(chan error, 4)
-	queue := func(key string, p shed.Priority, n int) {
-		go func() { _, err := l.Acquire(ctx, shed.Request{Key: key, Priority: p}); done <- err }()
+	type answer struct {
+		who string
+		err error
+	}
+	done := make(chan answer, 4)
+	queue := func(who, key string, p shed.Priority, n int) {
+		go func() { _, err := l.Acquire(ctx, shed.Request{Key: key, Priority: p}); done <- answer{who, err} }()
 		waitQueued(t, l, n)
 	}
-	queue("a", shed.Sheddable, 1)
-	queue("a", shed.Sheddable, 2)
-	queue("a", shed.Critical, 2) // same key: the newer sheddable goes
-	if rj := shedtest.Rejection(t, <-done); rj.Reason != "evicted by higher-priority request" || rj.Priority != shed.Sheddable {
-		t.Fatalf("same key: %+v", rj)
+	queue("sheddable 1", "a", shed.Sheddable, 1)
+	queue("sheddable 2", "a", shed.Sheddable, 2)
+	queue("critical", "a", shed.Critical, 2) // same key: the newer sheddable goes
+	if a := <-done; a.who != "sheddable 2" || shedtest.Rejection(t, a.err).Reason != "evicted by higher-priority request" {
+		t.Fatalf("same key: %s got %v", a.who, a.err)
 	}
-	queue("b", shed.Default, 2) // another key: the last sheddable goes
-	if rj := shedtest.Rejection(t, <-done); rj.Reason != "evicted by higher-priority request" || rj.Priority != shed.Sheddable {
-		t.Fatalf("another key: %+v", rj)
+	queue("default", "b", shed.Default, 2) // another key: the last sheddable goes
+	if a := <-done; a.who != "sheddable 1" || shedtest.Rejection(t, a.err).Reason != "evicted by higher-priority request" {
+		t.Fatalf("another key: %s got %v", a.who, a.err)
 	}
 	_, err := l.Acquire(ctx, shed.Request{Key: "c", Priority: shed.Default})
 	if err != nil {
@@ -696,8 +700,8 @@ func TestLayerFullQueueEvictsLowerPriority(t *testing.T) {
 	}
 	cancel()
 	for i := 0; i < 2; i++ {
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Fatalf("waiter %d: %v", i, err)
+		if a := <-done; !errors.Is(a.err, context.Canceled) {
+			t.Fatalf("%s: %v", a.who, a.err)
 		}
 	}
 }
