@@ -131,6 +131,12 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 
 	s := &sleeper{retry: a.retry, at: l.clock.Now()}
 	take := func() bool {
+		if ctx.Err() != nil {
+			// The caller has gone: deciding for it would ask the limiters
+			// with a dead context (a Redis store would fall back and admit)
+			// only to refund at once.
+			return false
+		}
 		l.try(ctx, req, a)
 		switch v = l.verdict(a); v {
 		case shed.Admit, shed.AdmitOver:

@@ -726,3 +726,50 @@ func TestLayerQueueTimeoutRetryAfterIsCurrent(t *testing.T) {
 		t.Fatalf("rejection %+v, want a timeout with RetryAfter 8s", rj)
 	}
 }
+
+// deadContextStore fails, as a Redis store does, when asked with a context
+// that has ended, and counts such calls.
+type deadContextStore struct {
+	*Memory
+	dead atomic.Int64
+}
+
+func (d *deadContextStore) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		d.dead.Add(1)
+		return Result{}, err
+	}
+	return d.Memory.Allow(ctx, key, cost)
+}
+
+// TestLayerQueueNeverDecidesForAGoneWaiter: when waiters leave together,
+// the first one out dispatches the queue while the others are still in it;
+// their take must not ask the limiters with their dead contexts (a Redis
+// store falls back and admits, and the grant is then refunded on a store
+// that never took it).
+func TestLayerQueueNeverDecidesForAGoneWaiter(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	store := &deadContextStore{Memory: mem(t, clk, FixedWindow, PerHour(1))}
+	var errs atomic.Int64
+	l := newTestLayer(t, LayerConfig{Clock: clk, OnError: func(string, error) { errs.Add(1) },
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: store}}})
+	if _, err := l.Acquire(context.Background(), shed.Request{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 3)
+	for i := 1; i <= 3; i++ {
+		go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
+		waitQueued(t, l, i)
+	}
+	cancel()
+	for i := 0; i < 3; i++ {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter %d: %v; want context.Canceled", i, err)
+		}
+	}
+	if n := store.dead.Load(); n != 0 || errs.Load() != 0 {
+		t.Fatalf("the store was asked %d times with a dead context (%d errors reported)", n, errs.Load())
+	}
+}
