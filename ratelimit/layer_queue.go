@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,7 +181,7 @@ func (qs *queues) evict(p shed.Priority) bool {
 }
 
 func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
-	err = shed.QueueRejection(LayerName, *req, http.StatusTooManyRequests, err, waited)
+	err = shed.QueueRejection(shed.StatusTooManyRequests, err, waited)
 	var rj *shed.Rejection
 	if errors.As(err, &rj) {
 		rj.RetryAfter = a.retry
