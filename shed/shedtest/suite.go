@@ -185,10 +185,16 @@ func (s *LayerSuite) fill(t testing.TB, l shed.Layer, clock *Clock, h *held) {
 }
 
 func (s *LayerSuite) fresh(t *testing.T) (shed.Layer, *Clock, *held) {
+	return build(t, "New", s.New)
+}
+
+// build makes a fresh layer with newLayer (the LayerSuite field named
+// field) on a clock of its own.
+func build(t *testing.T, field string, newLayer func(testing.TB, *Clock) shed.Layer) (shed.Layer, *Clock, *held) {
 	clock := NewClock(suiteStart)
-	l := s.New(t, clock)
+	l := newLayer(t, clock)
 	if l == nil {
-		t.Fatal("LayerSuite.New returned nil")
+		t.Fatalf("LayerSuite.%s returned nil", field)
 	}
 	h := &held{}
 	t.Cleanup(h.releaseAll)
@@ -433,13 +439,7 @@ func waitQueued(t testing.TB, l shed.Layer, n int) {
 }
 
 func (s *LayerSuite) freshQueued(t *testing.T) (shed.Layer, *Clock, *held) {
-	clock := NewClock(suiteStart)
-	l := s.NewQueued(t, clock)
-	if l == nil {
-		t.Fatal("LayerSuite.NewQueued returned nil")
-	}
-	h := &held{}
-	t.Cleanup(h.releaseAll)
+	l, clock, h := build(t, "NewQueued", s.NewQueued)
 	s.fill(t, l, clock, h)
 	return l, clock, h
 }
@@ -590,13 +590,7 @@ func (s *LayerSuite) testSoftEpisode(t *testing.T) {
 	if !frees {
 		t.Skip("no outcome frees a unit: the soft-mode test cannot hold the layer at its limit")
 	}
-	clock := NewClock(suiteStart)
-	l := s.NewSoft(t, clock)
-	if l == nil {
-		t.Fatal("LayerSuite.NewSoft returned nil")
-	}
-	h := &held{}
-	t.Cleanup(h.releaseAll)
+	l, clock, h := build(t, "NewSoft", s.NewSoft)
 	if n := s.admits(t, l, clock, h, s.Capacity); n != s.Capacity {
 		t.Fatalf("a fresh soft layer admitted %d requests; LayerSuite.Capacity says %d", n, s.Capacity)
 	}
