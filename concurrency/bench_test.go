@@ -26,6 +26,7 @@ func BenchmarkLocal(b *testing.B) {
 		{"per-key", Config{PerKey: 1 << 40}},
 		{"overall+per-key", Config{Limit: 1 << 40, PerKey: 1 << 40}},
 		{"adaptive", Config{Adaptive: &Adaptive{Floor: 1 << 40, Ceiling: 1 << 41}}},
+		{"soft-overall+per-key", Config{Limit: 1 << 40, PerKey: 1 << 40, Enforcement: shed.Enforcement{Mode: shed.Soft}}},
 	}
 	for _, c := range cases {
 		l := mustNew(b, c.cfg)
@@ -99,6 +100,24 @@ func BenchmarkLocalRejected(b *testing.B) {
 			b.Fatal("admitted")
 		}
 	}
+}
+
+// BenchmarkLocalSoftOverload is a soft layer past its episode under
+// overload: every request is over the limit, consults the episodes of
+// both limits and is refused.
+func BenchmarkLocalSoftOverload(b *testing.B) {
+	ctx := context.Background()
+	l := mustNew(b, Config{Limit: 1, PerKey: 1, Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: time.Nanosecond, OverageCooldown: time.Hour}})
+	held, _ := l.Acquire(ctx, shed.Request{Key: "k"})
+	defer held.Release(shed.Completed)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if ls, err := l.Acquire(ctx, shed.Request{Key: "k"}); err == nil {
+				ls.Release(shed.Completed)
+			}
+		}
+	})
 }
 
 // BenchmarkRedis measures acquire + release against the test server: two

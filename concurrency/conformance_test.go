@@ -12,6 +12,9 @@ import (
 // queueing is the enforcement of the conformance suite's queued layers.
 var queueing = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}}
 
+// softly is the enforcement of the conformance suite's soft layers.
+var softly = shed.Enforcement{Mode: shed.Soft, OverageFor: shedtest.SoftOverageFor}
+
 func TestConformanceLocalOverall(t *testing.T) {
 	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
 		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
@@ -19,6 +22,9 @@ func TestConformanceLocalOverall(t *testing.T) {
 		},
 		NewQueued: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
 			return mustNew(t, Config{Limit: 3, Clock: clock, Enforcement: queueing})
+		},
+		NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return mustNew(t, Config{Limit: 3, Clock: clock, Enforcement: softly})
 		},
 		Capacity: 3,
 		Status:   shed.StatusServiceUnavailable,
@@ -29,6 +35,9 @@ func TestConformanceLocalPerKey(t *testing.T) {
 	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
 		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
 			return mustNew(t, Config{Limit: 100, PerKey: 2, KeyBy: KeyByClient, Clock: clock})
+		},
+		NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return mustNew(t, Config{Limit: 100, PerKey: 2, KeyBy: KeyByClient, Clock: clock, Enforcement: softly})
 		},
 		// Per-key limits reject rather than queue (see wait): no NewQueued.
 		Capacity: 2,

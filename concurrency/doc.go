@@ -30,10 +30,16 @@
 // Config.Enforcement applies the shed modes through Enforcement.Decide:
 // hard never goes above a limit; soft goes above it up to
 // Enforcement.Ceiling for at most OverageFor per episode and marks the lease
-// Over; elastic does the same while Enforcement.Headroom has room; dry run
-// admits everything, marks what it would have rejected DryRun, and still
-// counts it in flight. With the Queue action a request over the overall
-// limit waits in a shed.WaitQueue (highest priority first, bounded by the
+// Over, where a request over both the per-key and the overall limit needs
+// both limits' episodes to allow it (see shed.Episode for when an episode
+// begins: not again under sustained overload); elastic does the same while
+// Enforcement.Headroom has room, with no time limit; dry run admits
+// everything and marks what it would have rejected DryRun. The local Layer
+// does not count a dry-run admission over a limit in flight (a rejection
+// would not have been), so it goes on deciding as if it enforced; the
+// RedisLayer still counts it, and still holds a request to the episode of
+// one limit only. With the Queue action a request over the overall limit
+// waits in a shed.WaitQueue (highest priority first, bounded by the
 // queue and the request's deadline) and each release wakes it; a request
 // over a per-key limit is rejected at once, since one queue serves one pool
 // of capacity and a waiter stuck on its own key would hold up every other.

@@ -241,34 +241,77 @@ func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lea
 	if l.enf.Mode != shed.Hard || l.enf.DryRun {
 		now = l.clock.Now() // Decide reads it only for the soft and elastic allowances
 	}
-	v := l.decide(now, t, cost, limit)
-	key := l.key(req)
-	if v == shed.AdmitOver {
-		t2 := l.take(key, cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
-		if t2.ok {
+	v := shed.Deny
+	if l.enf.Mode == shed.Hard {
+		v = l.enf.DecideOver(now, false)
+	} else {
+		// Take again within the ceilings. The overage stands only if every
+		// limit the request goes over allows it, each by its own episode.
+		t2 := l.take(l.key(req), cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
+		var eps [2]*shed.Episode
+		n, over := l.overLimits(&eps, t2, cost, limit, now)
+		if t2.ok && !over { // capacity freed in between
+			return l.lease(&t2, cost, limit, now), shed.Admit, t2
+		}
+		if v = l.enf.DecideOver(now, t2.ok, eps[:n]...); v == shed.AdmitOver {
 			ls := l.lease(&t2, cost, limit, now)
 			ls.Over = true
 			return ls, v, t2
 		}
-		t = t2
-		v = l.enf.Decide(now, false, false, nil)
+		l.untake(t2, cost)
+		if !t2.ok {
+			t = t2
+		}
 	}
 	if v == shed.AdmitDryRun {
-		t2 := l.take(key, cost, unlimited, unlimited)
-		ls := l.lease(&t2, cost, limit, now)
+		// Admitted without taking anything, as a rejection would not have:
+		// the limiter goes on deciding as if it enforced. Its release is a
+		// no-op (no Ref).
+		ls := shed.NewLease(l)
+		ls.Cost = cost
+		ls.Quota = l.refused(t)
 		ls.DryRun = true
 		return ls, v, t
 	}
 	return shed.Lease{}, v, t
 }
 
-func (l *Layer) decide(now time.Time, t taken, cost, limit int64) shed.Verdict {
-	if t.over == keyLimit {
-		within := t.keyAfter <= l.enf.Ceiling(l.perKey)-cost
-		return l.enf.Decide(now, false, within, &t.s.ep)
+// overLimits lists in eps, in Soft mode, the episodes of the limits t goes
+// over (or, when !t.ok, the one that refused it), and reports whether it
+// goes over any. A limit already exceeded before this request (overage
+// still in flight) is held at now: its episode goes on rather than a new
+// one beginning.
+func (l *Layer) overLimits(eps *[2]*shed.Episode, t taken, cost, limit int64, now time.Time) (n int, over bool) {
+	soft := l.enf.Mode == shed.Soft
+	if t.s != nil && (t.over == keyLimit || t.keyAfter > l.perKey) {
+		over = true
+		if soft {
+			before := t.keyAfter
+			if t.over != keyLimit {
+				before -= cost // keyAfter counts this request
+			}
+			if before > l.perKey {
+				t.s.ep.Hold(now)
+			}
+			eps[n] = &t.s.ep
+			n++
+		}
 	}
-	within := t.allAfter <= l.enf.Ceiling(limit)-cost
-	return l.enf.Decide(now, false, within, &l.ep)
+	if l.hasAll && (t.over == allLimit || t.ok && t.allAfter > limit) {
+		over = true
+		if soft {
+			before := t.allAfter
+			if t.ok {
+				before -= cost
+			}
+			if before > limit {
+				l.ep.Hold(now)
+			}
+			eps[n] = &l.ep
+			n++
+		}
+	}
+	return n, over
 }
 
 func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
@@ -301,12 +344,6 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	if !t.ok {
 		return l.over(ctx, req, cost, limit, t)
 	}
-	if l.enf.Mode == shed.Soft {
-		if t.s != nil {
-			t.s.ep.End()
-		}
-		l.ep.End()
-	}
 	// Built here, in the named result, rather than by l.lease: a Lease is
 	// 144 bytes, and each function it is returned through copies it again.
 	ls = shed.NewLease(l)
@@ -331,7 +368,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
 	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
-	case shed.AdmitOver, shed.AdmitDryRun:
+	case shed.Admit, shed.AdmitOver, shed.AdmitDryRun:
 		return ls, nil
 	case shed.Wait:
 		return l.wait(ctx, req, cost, t)
@@ -340,16 +377,23 @@ func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t
 }
 
 func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
+	q := l.refused(t)
 	if t.over == keyLimit {
-		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 		if l.keyBy == KeyByClient {
 			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
 		}
 		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
 	}
-	limit := l.limit.Load()
-	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	return shed.Shed("too many requests in flight", l.retryAfter, q)
+}
+
+// refused is the quota of the limit that refused t.
+func (l *Layer) refused(t taken) shed.Quota {
+	if t.over == keyLimit {
+		return shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+	}
+	limit := l.limit.Load()
+	return shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 }
 
 // Release gives back the units lease holds and, with an adaptive limit,
@@ -361,12 +405,23 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	if !ok {
 		return // not this limiter's, or released already through a copy
 	}
+	var now time.Time // read once, and only when a soft limit is back within bounds
 	if s != nil {
-		s.n.Add(-lease.Cost)
+		after := s.n.Add(-lease.Cost)
+		if l.enf.Mode == shed.Soft && after+lease.Cost > l.perKey && after <= l.perKey {
+			now = l.clock.Now()
+			s.ep.Hold(now) // its overage left: the cool-down starts now
+		}
 	}
 	var before int64
 	if l.hasAll {
 		before = l.inflight.Add(-lease.Cost) + lease.Cost
+		if lim := l.limit.Load(); l.enf.Mode == shed.Soft && before > lim && before-lease.Cost <= lim {
+			if now.IsZero() {
+				now = l.clock.Now()
+			}
+			l.ep.Hold(now)
+		}
 	}
 	if l.adaptive != nil && (o == shed.Completed || o == shed.Failed) && !lease.Acquired.IsZero() {
 		now := l.clock.Now()

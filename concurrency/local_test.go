@@ -222,15 +222,98 @@ func TestSoftMode(t *testing.T) {
 	if _, err := l.Acquire(ctx, shed.Request{}); err == nil {
 		t.Fatal("overage episode did not end after OverageFor")
 	}
-	// Back under the limit ends the episode: the overage is available again.
+	// Back under the limit, a new episode begins only after a cool-down
+	// (default OverageFor) within it.
 	for _, ls := range held[9:11] {
 		ls.Release(shed.Completed)
 	}
 	if ls, err := l.Acquire(ctx, shed.Request{}); err != nil || ls.Over {
 		t.Fatalf("back under the limit: %v over=%v", err, ls.Over)
 	}
+	if _, err := l.Acquire(ctx, shed.Request{}); err == nil {
+		t.Fatal("a new episode at once after the last one")
+	}
+	clock.Advance(time.Minute)
 	if ls, err := l.Acquire(ctx, shed.Request{}); err != nil || !ls.Over {
 		t.Fatalf("new episode: %v over=%v", err, ls.Over)
+	}
+}
+
+// TestSoftModeHoldsEveryLimitToItsEpisode: a request over both the per-key
+// and the overall limit gets the overage only if both episodes allow it.
+func TestSoftModeHoldsEveryLimitToItsEpisode(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := mustNew(t, Config{Limit: 10, PerKey: 5, KeyBy: KeyByClient, Clock: clock,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second}})
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := l.Acquire(ctx, shed.Request{Key: []string{"a", "b"}[i%2]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The overall limit's episode begins; it ends 30s later.
+	extra, err := l.Acquire(ctx, shed.Request{Key: "c"})
+	if err != nil || !extra.Over {
+		t.Fatalf("overall overage: %v over=%v", err, extra.Over)
+	}
+	extra.Release(shed.Completed)
+	clock.Advance(31 * time.Second)
+	if _, err := l.Acquire(ctx, shed.Request{Key: "d"}); err == nil {
+		t.Fatal("a fresh key admitted over the overall limit 31s into its episode")
+	}
+	// Key a is at its own limit (5) and the layer at its overall one: a's
+	// own episode is fresh, the overall one is spent.
+	if ls, err := l.Acquire(ctx, shed.Request{Key: "a"}); err == nil {
+		t.Fatalf("admitted over the overall limit past its episode (over=%v), in flight %d", ls.Over, l.InFlight())
+	}
+	if n := l.InFlight(); n != 10 {
+		t.Fatalf("in flight %d, want 10", n)
+	}
+}
+
+// TestSoftModeSustainedOverload offers twice the capacity for two minutes
+// (requests of 1s at 20/s against a limit of 10) and counts the requests
+// admitted over the limit in each 30s block: one episode (OverageFor 30s)
+// at the start, then the hard limit while the overload lasts. Before the
+// cool-down, every block had an episode: 320 of its 330 requests over.
+func TestSoftModeSustainedOverload(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := mustNew(t, Config{Limit: 10, Clock: clock,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second}})
+	ctx := context.Background()
+	type running struct {
+		ls  shed.Lease
+		end time.Time
+	}
+	var live []running
+	var over [4]int
+	first, last := time.Duration(-1), time.Duration(0)
+	for d := time.Duration(0); d < 2*time.Minute; d += 50 * time.Millisecond {
+		clock.Set(t0.Add(d))
+		kept := live[:0]
+		for _, r := range live {
+			if clock.Now().Before(r.end) {
+				kept = append(kept, r)
+			} else {
+				r.ls.Release(shed.Completed)
+			}
+		}
+		live = kept
+		ls, err := l.Acquire(ctx, shed.Request{})
+		if err != nil {
+			continue
+		}
+		if ls.Over {
+			over[d/(30*time.Second)]++
+			if first < 0 {
+				first = d
+			}
+			last = d
+		}
+		live = append(live, running{ls, clock.Now().Add(time.Second)})
+	}
+	if first < 0 || last-first > 30*time.Second || over[2]+over[3] != 0 {
+		t.Fatalf("requests admitted over the limit per 30s block: %v, from +%v to +%v; want one episode of at most 30s", over, first, last)
 	}
 }
 
@@ -274,8 +357,10 @@ func TestDryRunNeverRejects(t *testing.T) {
 		}
 		held = append(held, ls)
 	}
-	if l.InFlight() != 5 {
-		t.Fatalf("dry run must still count what is in flight: %d", l.InFlight())
+	// Admitted over the limit in dry run, a request takes nothing, as a
+	// rejection would not: the limiter decides as it would if it enforced.
+	if l.InFlight() != 1 || l.InFlightKey("k") != 1 {
+		t.Fatalf("in flight %d (key %d); want 1: dry-run admissions take nothing", l.InFlight(), l.InFlightKey("k"))
 	}
 	for i := range held {
 		held[i].Release(shed.Completed)

@@ -27,6 +27,9 @@ func conformance(t *testing.T, newLimiter func(t testing.TB, clock *shedtest.Clo
 					return layer(t, clock, shed.Enforcement{Action: shed.Queue,
 						Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}})
 				},
+				NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+					return layer(t, clock, shed.Enforcement{Mode: shed.Soft, OverageFor: shedtest.SoftOverageFor})
+				},
 				Capacity: capacity,
 				Frees:    func(o shed.Outcome) bool { return o == shed.Unused },
 				Status:   shed.StatusTooManyRequests,

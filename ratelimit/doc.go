@@ -82,12 +82,18 @@
 // when longer than MaxRuleKeyBytes.
 //
 // The layer applies shed.Enforcement: hard; soft (up to
-// Enforcement.Ceiling for at most OverageFor per key, Lease.Over set);
-// elastic (the same while the Headroom signal allows); dry run (never
-// rejects, Lease.DryRun set). Over the limit it rejects with a 429
-// shed.Rejection carrying RetryAfter and the violated policy, or queues the
-// request (per key, highest priority first, within MaxWait and the
-// request's deadline) until capacity returns. The lease carries the quota
+// Enforcement.Ceiling for at most OverageFor per episode of each rule key,
+// Lease.Over set; a request over several rules needs every one's episode
+// to allow it, and see shed.Episode for when an episode begins); elastic
+// (the same while the Headroom signal allows, with no time limit); dry run
+// (never rejects, Lease.DryRun set; a request let through in dry run is
+// charged by no rule). Over the limit it rejects with a 429 shed.Rejection
+// carrying RetryAfter and the violated policy, or queues the request (per
+// key, highest priority first, within MaxWait and the request's deadline;
+// when the layer's MaxLength waiters are queued, a newcomer evicts the
+// lowest-priority waiter below its own priority, on any key) until
+// capacity returns. A request that times out in the queue gets the
+// RetryAfter of that moment. The lease carries the quota
 // of the rule closest to exhaustion for the RateLimit headers. Releasing it
 // with shed.Unused (a later layer rejected the request) refunds its units.
 //

@@ -48,7 +48,8 @@ type LayerConfig struct {
 // applies to a request and admits it only if all of them do.
 //
 // A request denied by one rule is not charged by the others: the units
-// already taken are refunded before the layer answers. A lease released
+// already taken are refunded before the layer answers. Nor is a request let
+// through in dry run charged by any rule. A lease released
 // with shed.Unused (a later layer rejected the request, so it never ran)
 // refunds its units too; any other outcome keeps them.
 //
@@ -66,7 +67,15 @@ type LayerConfig struct {
 // once the burst is spent (set Burst to 1 for strict spacing). A waiter is
 // granted by calling its rules' limiters under its queue's lock, so with a
 // Redis limiter the waiters of one key are served one round trip at a time.
-// Rules whose keys are equal strings share queues and soft episodes.
+// Enforcement.Queue.MaxLength bounds the waiters of the whole layer; when
+// it is reached, a newcomer evicts the lowest-priority waiter below its own
+// priority, whatever its key (as one full shed.WaitQueue does), or is
+// rejected with "queue full".
+//
+// In Soft mode each rule key has its own overage episode (shed.Episode),
+// and a request over several rules is admitted over only if every one of
+// their episodes allows it. Rules whose keys are equal strings share
+// queues and soft episodes.
 type Layer struct {
 	name  string
 	rules []*compiledRule
@@ -128,7 +137,7 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 			c.Overage, c.ownOverage = o, o
 		}
 	}
-	l.episodes.init(maxKeys)
+	l.episodes.init(maxKeys, &l.enf)
 	if l.enf.Action == shed.Queue {
 		qc := l.enf.Queue
 		if qc.Clock == nil {
@@ -211,7 +220,9 @@ type attempt struct {
 	tight     shed.Quota // the admitting rule closest to exhaustion
 	denied    shed.Quota // the rule that denied it
 	retry     time.Duration
-	overKey   string // the first rule key over its limit (soft episodes, queues)
+	overKey   string // the first rule key over its limit (queues)
+	nOver     int
+	overKeys  [MaxRules]string // every rule key over its limit (soft episodes)
 }
 
 // try runs every rule that applies to req, taking cost units from each
@@ -222,7 +233,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 	t.n = 0
 	t.cost = a.cost
 	a.overLimit, a.overCeil, a.never, a.fallback = false, false, false, false
-	a.tight, a.denied, a.retry, a.overKey = shed.Quota{}, shed.Quota{}, 0, ""
+	a.tight, a.denied, a.retry, a.overKey, a.nOver = shed.Quota{}, shed.Quota{}, 0, "", 0
 	for i, c := range l.rules {
 		key, ok := c.key(ctx, req)
 		if !ok {
@@ -260,6 +271,8 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if a.overKey == "" {
 			a.overKey, a.retry = key, r.RetryAfter
 		}
+		a.overKeys[a.nOver] = key
+		a.nOver++
 		if c.Overage != nil && l.enf.Mode != shed.Hard {
 			o, err := c.Overage.Allow(ctx, key, a.cost)
 			if err == nil && o.Allowed {
@@ -302,7 +315,8 @@ func (l *Layer) refund(t *ticket, notify bool) {
 	t.n = 0
 }
 
-// verdict applies the enforcement to an attempt.
+// verdict applies the enforcement to an attempt. In Soft mode, every rule
+// key the request is over holds it to its own episode.
 func (l *Layer) verdict(a *attempt) shed.Verdict {
 	if a.never {
 		if l.enf.DryRun {
@@ -310,18 +324,18 @@ func (l *Layer) verdict(a *attempt) shed.Verdict {
 		}
 		return shed.Deny
 	}
-	within := !a.overLimit && !a.overCeil
-	var ep *shed.Episode
+	if !a.overLimit && !a.overCeil {
+		return shed.Admit
+	}
 	var now time.Time // only soft episodes read it
+	var eps [MaxRules]*shed.Episode
 	if l.enf.Mode == shed.Soft {
-		if within {
-			l.episodes.endAll(a.t)
-		} else if !a.overCeil {
-			now = l.clock.Now()
-			ep = l.episodes.get(a.overKey, now.UnixNano())
+		now = l.clock.Now()
+		for i, k := range a.overKeys[:a.nOver] {
+			eps[i] = l.episodes.get(k, now.UnixNano())
 		}
 	}
-	return l.enf.Decide(now, within, !a.overCeil, ep)
+	return l.enf.DecideOver(now, !a.overCeil, eps[:a.nOver]...)
 }
 
 // Acquire checks req against every rule that applies to it.
@@ -344,6 +358,12 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 			l.recycle(t)
 			return shed.Lease{}, err
 		}
+	case shed.AdmitDryRun:
+		// Admitted, but charged by no rule: the rules that admitted it give
+		// their units back, as they would had the request been rejected,
+		// so the layer goes on deciding as if it enforced.
+		l.refund(t, false)
+		a.tight = a.denied
 	}
 	lease := shed.NewLease(l)
 	lease.Ref = t

@@ -13,7 +13,7 @@ import (
 // queues holds one shed.WaitQueue per key with requests waiting, so that a
 // key over its limit never holds up another key's waiters; priority orders
 // the waiters of one key. Enforcement.Queue.MaxLength bounds the waiters of
-// the whole layer, not of each key.
+// the whole layer, not of each key: evict makes room across keys.
 type queues struct {
 	cfg     shed.QueueConfig
 	maxKeys int
@@ -73,6 +73,7 @@ func (qs *queues) notify(key string) {
 type sleeper struct {
 	mu    sync.Mutex
 	retry time.Duration
+	at    time.Time // when retry was computed
 	done  bool
 	timer shed.Timer
 }
@@ -116,7 +117,7 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 	fail := func(err error, waited time.Duration) (attempt, shed.Verdict, time.Duration, error) {
 		return first, v, waited, l.queueRejection(req, &first, err, waited)
 	}
-	if qs.waiting.Add(1) > int64(qs.cfg.MaxLength) {
+	if qs.waiting.Add(1) > int64(qs.cfg.MaxLength) && !qs.evict(req.Priority) {
 		qs.waiting.Add(-1)
 		return fail(shed.ErrQueueFull, 0)
 	}
@@ -127,8 +128,14 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 	}
 	defer qs.leave(key, kq)
 
-	s := &sleeper{retry: a.retry}
+	s := &sleeper{retry: a.retry, at: l.clock.Now()}
 	take := func() bool {
+		if ctx.Err() != nil {
+			// The caller has gone: deciding for it would ask the limiters
+			// with a dead context (a Redis store would fall back and admit)
+			// only to refund at once.
+			return false
+		}
 		l.try(ctx, req, a)
 		switch v = l.verdict(a); v {
 		case shed.Admit, shed.AdmitOver:
@@ -136,7 +143,8 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 		}
 		l.refund(a.t, false)
 		s.mu.Lock()
-		s.retry = a.retry
+		s.retry, s.at = a.retry, l.clock.Now()
+		first.retry, first.denied = a.retry, a.denied
 		s.mu.Unlock()
 		return false
 	}
@@ -144,9 +152,32 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 	waited, err := kq.q.Wait(ctx, req.Priority, req.Deadline, take, func() { l.refund(a.t, false) })
 	s.stop()
 	if err != nil {
+		// Retry-After as of now, not as of the last attempt: the time
+		// spent since then counts.
+		s.mu.Lock()
+		gone := l.clock.Now().Sub(s.at)
+		s.mu.Unlock()
+		first.retry = max(0, first.retry-gone)
+		first.denied.Reset = max(0, first.denied.Reset-gone)
 		return fail(err, waited)
 	}
 	return *a, v, waited, nil
+}
+
+// evict makes room in the full queues for a newcomer of priority p: the
+// lowest-priority waiter below p, across every key, is evicted, as the
+// concurrency layer's single queue does. It reports whether one was.
+func (qs *queues) evict(p shed.Priority) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	var victim *keyQueue
+	lowest := p
+	for _, kq := range qs.m {
+		if lp, ok := kq.q.Lowest(); ok && lp < lowest {
+			victim, lowest = kq, lp
+		}
+	}
+	return victim != nil && victim.q.Evict(p)
 }
 
 func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
@@ -162,9 +193,14 @@ func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited 
 
 // episodes keeps a soft-mode overage episode per key, so that one client's
 // overage is bounded in time by its own history, not by other clients'.
+// An episode must outlive the key's return within its limit (that is what
+// bounds the overage under sustained load), so entries stay until the map
+// is full; then those past forget (no request over the limit for OverageFor
+// + OverageCooldown: a fresh episode would behave the same) are dropped,
+// and failing that the one least recently over its limit.
 type episodes struct {
-	n       atomic.Int64
 	maxKeys int
+	forget  int64 // ns
 	mu      sync.RWMutex
 	m       map[string]*episode
 }
@@ -174,8 +210,17 @@ type episode struct {
 	seen atomic.Int64 // Unix ns of the last overage
 }
 
-func (e *episodes) init(maxKeys int) {
+func (e *episodes) init(maxKeys int, enf *shed.Enforcement) {
 	e.maxKeys = maxKeys
+	length := enf.OverageFor
+	if length == 0 {
+		length = shed.DefaultOverageFor
+	}
+	cool := enf.OverageCooldown
+	if cool == 0 {
+		cool = length
+	}
+	e.forget = int64(length + cool)
 	e.m = map[string]*episode{}
 }
 
@@ -187,11 +232,10 @@ func (e *episodes) get(key string, now int64) *shed.Episode {
 		e.mu.Lock()
 		if ep = e.m[key]; ep == nil {
 			if len(e.m) >= e.maxKeys {
-				e.evictOldest()
+				e.evict(now)
 			}
 			ep = &episode{}
 			e.m[key] = ep
-			e.n.Store(int64(len(e.m)))
 		}
 		e.mu.Unlock()
 	}
@@ -199,37 +243,21 @@ func (e *episodes) get(key string, now int64) *shed.Episode {
 	return &ep.Episode
 }
 
-// evictOldest drops the episode least recently over its limit; mu is held.
-func (e *episodes) evictOldest() {
+// evict drops the episodes past forgetting or, if there are none, the one
+// least recently over its limit; mu is held.
+func (e *episodes) evict(now int64) {
 	var oldest string
-	at := int64(0)
+	at, freed := int64(0), false
 	for k, ep := range e.m {
-		if s := ep.seen.Load(); oldest == "" || s < at {
+		s := ep.seen.Load()
+		if now-s > e.forget {
+			delete(e.m, k)
+			freed = true
+		} else if oldest == "" || s < at {
 			oldest, at = k, s
 		}
 	}
-	delete(e.m, oldest)
-}
-
-// endAll closes the episodes of the keys t was admitted on within their
-// limits: those clients are back under them. Cheap while no key is over.
-func (e *episodes) endAll(t *ticket) {
-	if e.n.Load() == 0 {
-		return
+	if !freed {
+		delete(e.m, oldest)
 	}
-	found := false
-	e.mu.RLock()
-	for i := 0; i < t.n && !found; i++ {
-		_, found = e.m[t.taken[i].key]
-	}
-	e.mu.RUnlock()
-	if !found {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i := 0; i < t.n; i++ {
-		delete(e.m, t.taken[i].key)
-	}
-	e.n.Store(int64(len(e.m)))
 }

@@ -386,7 +386,7 @@ func TestLayerQueueTimesOutAndRefundWakes(t *testing.T) {
 	waitQueued(t, l, 1)
 	clk.Advance(500 * time.Millisecond)
 	rj := shedtest.Rejection(t, <-done)
-	if rj.Reason != "queue wait timed out" || rj.Waited != 500*time.Millisecond || rj.RetryAfter != time.Minute || rj.Status != 429 {
+	if rj.Reason != "queue wait timed out" || rj.Waited != 500*time.Millisecond || rj.RetryAfter != time.Minute-500*time.Millisecond || rj.Status != 429 {
 		t.Fatalf("rejection %+v", rj)
 	}
 	// a lease released Unused wakes the key's waiter at once
@@ -560,5 +560,216 @@ func TestLayerQueueStress(t *testing.T) {
 	}
 	if rejected.Load() == 0 {
 		t.Fatal("nothing timed out: the test exercises nothing")
+	}
+}
+
+// TestLayerSoftHoldsEveryRuleToItsEpisode: a request over a key's own
+// limit and over the route's gets the overage only if both the key's and
+// the route's episodes allow it.
+func TestLayerSoftHoldsEveryRuleToItsEpisode(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second},
+		Rules: []Rule{
+			{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(2))},
+			{Name: "per-route", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerHour(20))},
+		}})
+	ctx := context.Background()
+	admitted := 0
+	ask := func(key string) (shed.Lease, error) {
+		lease, err := l.Acquire(ctx, shed.Request{Key: key, Route: "GET /x"})
+		if err == nil {
+			admitted++
+		}
+		return lease, err
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := ask(string(rune('a' + i/2))); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	// The route's episode begins (ceiling 22).
+	if lease, err := ask("fresh"); err != nil || !lease.Over {
+		t.Fatalf("the route's overage: %+v %v", lease, err)
+	}
+	clk.Advance(31 * time.Second)
+	if _, err := ask("fresh2"); err == nil {
+		t.Fatal("a fresh key admitted over the route's limit past its episode")
+	}
+	// Key a is at its own limit, with a fresh episode; the route's is spent.
+	if lease, err := ask("a"); err == nil {
+		t.Fatalf("key a admitted over the route past the route's episode (over=%v): %d admitted on the route", lease.Over, admitted)
+	}
+	if admitted != 21 {
+		t.Fatalf("%d admitted on the route, want 21", admitted)
+	}
+}
+
+// TestLayerSoftSustainedOverload offers a key twice its limit (20/s
+// against 10/s) for two minutes: one episode of overage (OverageFor 30s)
+// from the first request over the limit, then the hard limit. Before the
+// cool-down, each refill admitted a request within the limit, which ended
+// the episode, and the next request over the limit began another.
+func TestLayerSoftSustainedOverload(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
+	ctx := context.Background()
+	var over [4]int
+	first, last := time.Duration(-1), time.Duration(0)
+	for d := time.Duration(0); d < 2*time.Minute; d += 50 * time.Millisecond {
+		clk.Set(contractStart.Add(d))
+		lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
+		if err == nil && lease.Over {
+			over[d/(30*time.Second)]++
+			if first < 0 {
+				first = d
+			}
+			last = d
+		}
+	}
+	if first < 0 || last-first > 30*time.Second || over[2]+over[3] != 0 {
+		t.Fatalf("requests admitted over the limit per 30s block: %v, from +%v to +%v; want one episode of at most 30s", over, first, last)
+	}
+}
+
+// TestLayerDryRunChargesNoRule: a request let through in dry run takes no
+// units from any rule, neither the one that would reject it nor those that
+// admitted it, as a rejection would not.
+func TestLayerDryRunChargesNoRule(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
+		{Name: "per-route", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerMinute(2))},
+		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(1))},
+	}})
+	ctx := context.Background()
+	for i, tc := range []struct {
+		key string
+		dry bool
+	}{{"a", false}, {"a", true}, {"a", true}, {"b", false}, {"c", true}} {
+		lease, err := l.Acquire(ctx, shed.Request{Key: tc.key, Route: "GET /x"})
+		if err != nil || lease.DryRun != tc.dry {
+			t.Fatalf("request %d (key %s): %+v %v; want DryRun %v", i, tc.key, lease, err, tc.dry)
+		}
+		lease.Release(shed.Completed)
+	}
+}
+
+// TestLayerFullQueueEvictsLowerPriority: a full queue makes room for a
+// newcomer of higher priority by evicting the lowest waiter, on any key,
+// as the concurrency layer's queue does; at equal priority it is full.
+func TestLayerFullQueueEvictsLowerPriority(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 2, MaxWait: time.Minute}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(1))}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, k := range []string{"a", "b"} {
+		if _, err := l.Acquire(ctx, shed.Request{Key: k, Priority: shed.Critical}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		who string
+		err error
+	}
+	done := make(chan answer, 4)
+	queue := func(who, key string, p shed.Priority, n int) {
+		go func() { _, err := l.Acquire(ctx, shed.Request{Key: key, Priority: p}); done <- answer{who, err} }()
+		waitQueued(t, l, n)
+	}
+	queue("sheddable 1", "a", shed.Sheddable, 1)
+	queue("sheddable 2", "a", shed.Sheddable, 2)
+	queue("critical", "a", shed.Critical, 2) // same key: the newer sheddable goes
+	if a := <-done; a.who != "sheddable 2" || shedtest.Rejection(t, a.err).Reason != "evicted by higher-priority request" {
+		t.Fatalf("same key: %s got %v", a.who, a.err)
+	}
+	queue("default", "b", shed.Default, 2) // another key: the last sheddable goes
+	if a := <-done; a.who != "sheddable 1" || shedtest.Rejection(t, a.err).Reason != "evicted by higher-priority request" {
+		t.Fatalf("another key: %s got %v", a.who, a.err)
+	}
+	_, err := l.Acquire(ctx, shed.Request{Key: "c", Priority: shed.Default})
+	if err != nil {
+		t.Fatalf("key c has capacity: %v", err)
+	}
+	_, err = l.Acquire(ctx, shed.Request{Key: "c", Priority: shed.Default})
+	if rj := shedtest.Rejection(t, err); rj.Reason != "queue full" {
+		t.Fatalf("a default newcomer, a critical and a default waiting: %+v", rj)
+	}
+	cancel()
+	for i := 0; i < 2; i++ {
+		if a := <-done; !errors.Is(a.err, context.Canceled) {
+			t.Fatalf("%s: %v", a.who, a.err)
+		}
+	}
+}
+
+// TestLayerQueueTimeoutRetryAfterIsCurrent: with 1 request per 10s and a
+// MaxWait of 2s, the rejection at the timeout says 8s (it said 10s, the
+// figure from the first attempt).
+func TestLayerQueueTimeoutRetryAfterIsCurrent(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	l := newTestLayer(t, LayerConfig{Clock: clk,
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1, MaxWait: 2 * time.Second}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, Limit{Quantity: 1, Period: 10 * time.Second})}}})
+	ctx := context.Background()
+	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
+	waitQueued(t, l, 1)
+	clk.Advance(2 * time.Second)
+	if rj := shedtest.Rejection(t, <-done); rj.Reason != "queue wait timed out" || rj.RetryAfter != 8*time.Second {
+		t.Fatalf("rejection %+v, want a timeout with RetryAfter 8s", rj)
+	}
+}
+
+// deadContextStore fails, as a Redis store does, when asked with a context
+// that has ended, and counts such calls.
+type deadContextStore struct {
+	*Memory
+	dead atomic.Int64
+}
+
+func (d *deadContextStore) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		d.dead.Add(1)
+		return Result{}, err
+	}
+	return d.Memory.Allow(ctx, key, cost)
+}
+
+// TestLayerQueueNeverDecidesForAGoneWaiter: when waiters leave together,
+// the first one out dispatches the queue while the others are still in it;
+// their take must not ask the limiters with their dead contexts (a Redis
+// store falls back and admits, and the grant is then refunded on a store
+// that never took it).
+func TestLayerQueueNeverDecidesForAGoneWaiter(t *testing.T) {
+	clk := shedtest.NewClock(contractStart)
+	store := &deadContextStore{Memory: mem(t, clk, FixedWindow, PerHour(1))}
+	var errs atomic.Int64
+	l := newTestLayer(t, LayerConfig{Clock: clk, OnError: func(string, error) { errs.Add(1) },
+		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}},
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: store}}})
+	if _, err := l.Acquire(context.Background(), shed.Request{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 3)
+	for i := 1; i <= 3; i++ {
+		go func() { _, err := l.Acquire(ctx, shed.Request{Key: "a"}); done <- err }()
+		waitQueued(t, l, i)
+	}
+	cancel()
+	for i := 0; i < 3; i++ {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter %d: %v; want context.Canceled", i, err)
+		}
+	}
+	if n := store.dead.Load(); n != 0 || errs.Load() != 0 {
+		t.Fatalf("the store was asked %d times with a dead context (%d errors reported)", n, errs.Load())
 	}
 }

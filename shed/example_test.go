@@ -129,8 +129,17 @@ func ExampleEnforcement_Decide() {
 	fmt.Println("in use 50:", decide(50))
 	fmt.Println("in use 105:", decide(105))
 	fmt.Println("in use 110:", decide(110))
-	clock.Advance(2 * time.Minute)
-	fmt.Println("in use 105, two minutes on:", decide(105))
+	clock.Advance(40 * time.Second)
+	fmt.Println("in use 105, 40s on:", decide(105))
+	clock.Advance(40 * time.Second)
+	fmt.Println("in use 105, 80s on:", decide(105))
+	// A new episode only after a minute (the cool-down, by default
+	// OverageFor) with no request over the limit.
+	fmt.Println("in use 50:", decide(50))
+	clock.Advance(30 * time.Second)
+	fmt.Println("in use 105, 30s after the last:", decide(105))
+	clock.Advance(time.Minute)
+	fmt.Println("in use 105, a quiet minute later:", decide(105))
 
 	// The same overage in dry run: recorded, never rejected.
 	dry := shed.Enforcement{DryRun: true}
@@ -140,8 +149,29 @@ func ExampleEnforcement_Decide() {
 	// in use 50: admit
 	// in use 105: admit over the limit
 	// in use 110: reject
-	// in use 105, two minutes on: reject
+	// in use 105, 40s on: admit over the limit
+	// in use 105, 80s on: reject
+	// in use 50: admit
+	// in use 105, 30s after the last: reject
+	// in use 105, a quiet minute later: admit over the limit
 	// dry run, over: admit (dry run: would reject)
+}
+
+func ExampleEnforcement_DecideOver() {
+	// Soft: each limit has its own episode of at most 30s; a request over
+	// two limits goes over only if both episodes allow it.
+	soft := shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second}
+	var perKey, overall shed.Episode
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fmt.Println(soft.DecideOver(start, true, &overall))                              // the overall episode begins
+	fmt.Println(soft.DecideOver(start.Add(20*time.Second), true, &overall))          // 20s into it
+	fmt.Println(soft.DecideOver(start.Add(40*time.Second), true, &perKey))           // the key's own, fresh
+	fmt.Println(soft.DecideOver(start.Add(40*time.Second), true, &perKey, &overall)) // the overall one is spent
+	// Output:
+	// admit-over
+	// admit-over
+	// admit-over
+	// deny
 }
 
 func ExampleWaitQueue() {

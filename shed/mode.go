@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -89,30 +90,51 @@ type Enforcement struct {
 	// Mode is Hard (default), Soft or Elastic.
 	Mode Mode
 	// DryRun decides and records but never rejects: a request that would be
-	// rejected is admitted with Lease.DryRun set. New limits ship in dry run.
+	// rejected is admitted with Lease.DryRun set. Such a request takes none
+	// of the layer's capacity (a rejection would not have), so the layer
+	// goes on deciding as it would if it enforced. New limits ship in dry
+	// run.
 	DryRun bool
 	// Action is Reject (default) or Queue.
 	Action Action
 	// Overage is how far Soft and Elastic may go above the limit, as a
-	// fraction of it (default 0.1: 10% more; at least one unit).
+	// fraction of it (default 0.1: 10% more; at least one unit; at most
+	// MaxOverage).
 	Overage float64
-	// OverageFor is the longest a Soft overage may last before the hard limit
-	// applies again, until the layer is back under its limit (default 30s).
+	// OverageFor is the longest a Soft overage episode lasts (default 30s).
+	// An episode begins with the first request over the limit; past
+	// OverageFor the hard limit holds.
 	OverageFor time.Duration
-	// Headroom is Elastic's signal; required in Elastic mode.
+	// OverageCooldown is how long a Soft limit must go without being
+	// exceeded before a new episode may begin (default OverageFor); and a
+	// new episode begins only more than OverageFor + OverageCooldown after
+	// the previous one began. Under sustained overload, requests over the
+	// limit keep arriving, so there is one episode and then the hard limit,
+	// until the load has stayed within the limit for the cool-down. See
+	// Episode.
+	OverageCooldown time.Duration
+	// Headroom is Elastic's signal; required in Elastic mode. Elastic has
+	// no time limit: it allows the overage for as long as the signal says
+	// there is room.
 	Headroom Headroom
 	// MinHeadroom is the least headroom at which Elastic still allows the
-	// overage (default 0.2).
-	MinHeadroom float64
+	// overage, in [0, 1]; nil means DefaultMinHeadroom (0.2). A pointer so
+	// that 0 (allow the overage whatever the signal says) can be set:
+	// MinHeadroom: new(0.0).
+	MinHeadroom *float64
 	// Queue bounds the wait when Action is Queue.
 	Queue QueueConfig
 }
 
-// Defaults used by Enforcement when a field is zero.
+// Defaults used by Enforcement when a field is zero, and the bound on
+// Overage.
 const (
 	DefaultOverage     = 0.1
 	DefaultOverageFor  = 30 * time.Second
 	DefaultMinHeadroom = 0.2
+	// MaxOverage is the largest Overage Validate accepts: ten times the
+	// limit more. An overage beyond it is no longer a limit.
+	MaxOverage = 10.0
 )
 
 // Validate reports every invalid field, by name (joined with errors.Join).
@@ -124,14 +146,17 @@ func (e Enforcement) Validate() error {
 	if e.Action > Queue {
 		errs = append(errs, fmt.Errorf("shed: Enforcement.Action: unknown action %d", e.Action))
 	}
-	if e.Overage < 0 || math.IsNaN(e.Overage) || math.IsInf(e.Overage, 0) {
-		errs = append(errs, fmt.Errorf("shed: Enforcement.Overage must be a non-negative fraction, got %v", e.Overage))
+	if !(e.Overage >= 0 && e.Overage <= MaxOverage) { // NaN fails both
+		errs = append(errs, fmt.Errorf("shed: Enforcement.Overage must be a fraction within [0, %v], got %v", MaxOverage, e.Overage))
 	}
 	if e.OverageFor < 0 {
 		errs = append(errs, fmt.Errorf("shed: Enforcement.OverageFor must not be negative, got %v", e.OverageFor))
 	}
-	if e.MinHeadroom < 0 || e.MinHeadroom > 1 || math.IsNaN(e.MinHeadroom) {
-		errs = append(errs, fmt.Errorf("shed: Enforcement.MinHeadroom must be within [0, 1], got %v", e.MinHeadroom))
+	if e.OverageCooldown < 0 {
+		errs = append(errs, fmt.Errorf("shed: Enforcement.OverageCooldown must not be negative, got %v", e.OverageCooldown))
+	}
+	if m := e.MinHeadroom; m != nil && !(*m >= 0 && *m <= 1) {
+		errs = append(errs, fmt.Errorf("shed: Enforcement.MinHeadroom must be within [0, 1], got %v", *m))
 	}
 	if e.Mode == Elastic && e.Headroom == nil {
 		errs = append(errs, errors.New("shed: Enforcement.Headroom is required in elastic mode"))
@@ -154,7 +179,11 @@ func (e *Enforcement) Ceiling(limit int64) int64 {
 	if o == 0 {
 		o = DefaultOverage
 	}
-	extra := int64(math.Ceil(float64(limit) * o))
+	f := math.Ceil(float64(limit) * o)
+	if f >= math.MaxInt64 { // an Overage Validate refuses; never wrap around
+		return math.MaxInt64
+	}
+	extra := int64(f)
 	if extra < 1 {
 		extra = 1
 	}
@@ -198,26 +227,40 @@ func (v Verdict) String() string {
 }
 
 // Decide turns "within the limit" and "within the ceiling" into a verdict,
-// applying mode, dry run and action in one place for every layer. soft tracks
-// the current overage episode for Soft mode; it may be nil for other modes.
+// applying mode, dry run and action in one place for every layer. soft is
+// the Soft-mode episode of the limit; it may be nil for other modes. A
+// request over several limits at once goes through DecideOver instead.
 func (e *Enforcement) Decide(now time.Time, withinLimit, withinCeiling bool, soft *Episode) Verdict {
 	if withinLimit {
-		if soft != nil {
-			soft.End()
-		}
 		return Admit
 	}
-	if withinCeiling {
-		switch e.Mode {
-		case Soft:
-			if soft != nil && soft.Continue(now, e.overageFor()) {
-				return AdmitOver
-			}
-		case Elastic:
-			if e.Headroom != nil && e.Headroom.Headroom() >= e.minHeadroom() {
-				return AdmitOver
+	if soft == nil {
+		return e.DecideOver(now, withinCeiling)
+	}
+	return e.DecideOver(now, withinCeiling, soft)
+}
+
+// DecideOver is Decide for a request over one or more limits. In Soft mode
+// soft holds the episode of every limit the request is over, and the
+// overage is allowed only when each of them allows it; every episode
+// records the request, even when another one refuses it, and even when it
+// is over the ceiling. Soft without an episode refuses the overage.
+func (e *Enforcement) DecideOver(now time.Time, withinCeiling bool, soft ...*Episode) Verdict {
+	allow := false
+	switch e.Mode {
+	case Soft:
+		allow = withinCeiling && len(soft) > 0
+		length, cool := e.overageFor(), e.cooldown()
+		for _, ep := range soft {
+			if ep == nil || !ep.Over(now, length, cool) {
+				allow = false
 			}
 		}
+	case Elastic:
+		allow = withinCeiling && e.Headroom != nil && e.Headroom.Headroom() >= e.minHeadroom()
+	}
+	if allow {
+		return AdmitOver
 	}
 	if e.DryRun {
 		// Dry run never delays either: it only records what would happen.
@@ -236,52 +279,101 @@ func (e *Enforcement) overageFor() time.Duration {
 	return e.OverageFor
 }
 
+func (e *Enforcement) cooldown() time.Duration {
+	if e.OverageCooldown == 0 {
+		return e.overageFor()
+	}
+	return e.OverageCooldown
+}
+
 func (e *Enforcement) minHeadroom() float64 {
-	if e.MinHeadroom == 0 {
+	if e.MinHeadroom == nil {
 		return DefaultMinHeadroom
 	}
-	return e.MinHeadroom
+	return *e.MinHeadroom
 }
 
-// Episode tracks one soft-limit overage: when it began, so that it can be
-// cut off after Enforcement.OverageFor. The zero value is ready; it is safe
-// for concurrent use and allocation-free.
+// Episode is the Soft-mode overage history of one limit: when the current
+// episode began and when the limit was last exceeded. An episode allows the
+// overage for OverageFor from its start. A new one begins with a request
+// over the limit only when the limit has not been exceeded for a cool-down
+// (OverageCooldown) and the previous episode began more than OverageFor +
+// OverageCooldown ago (or with the first request over the limit ever). So
+// the overage lasts at most OverageFor in any OverageFor + OverageCooldown,
+// and under sustained overload, when requests over the limit keep coming,
+// there is one episode and then the hard limit until the load abates.
+// Requests within the limit do not touch it: a layer at twice its limit
+// dips under it between requests, and that must not earn a new episode.
+//
+// The zero value is ready. It is safe for concurrent use and
+// allocation-free; layers consult it only for requests over their limit.
 type Episode struct {
-	since atomic.Int64 // unix nanos the overage began; 0 when under the limit
-	spent atomic.Bool  // the episode ran out; hard until back under the limit
+	// since and last are written under mu, but read and advanced without
+	// it on the path every request over the limit takes under overload:
+	// within a cool-down of the last overage no episode can begin, so only
+	// last moves, and it only moves forward.
+	mu    sync.Mutex
+	since atomic.Int64 // Unix ns the current episode began
+	last  atomic.Int64 // Unix ns the limit was last exceeded; 0: never
 }
 
-// Continue reports whether an overage at now may go on: true from the first
-// call for up to max, then false until End.
-func (s *Episode) Continue(now time.Time, max time.Duration) bool {
-	if s.spent.Load() {
-		return false
-	}
+// Over records a request over the limit at now and reports whether the
+// overage may admit it: whether now lies within length of the start of the
+// current episode, or begins a new one (see Episode).
+func (s *Episode) Over(now time.Time, length, cooldown time.Duration) bool {
 	t := now.UnixNano()
-	if t == 0 {
-		t = 1
+	if last := s.last.Load(); last != 0 && t-last < int64(cooldown) {
+		s.advance(t)
+		return t-s.since.Load() <= int64(length)
 	}
-	since := s.since.Load()
-	if since == 0 {
-		if s.since.CompareAndSwap(0, t) {
-			return true
-		}
-		// Another request began the episode, or End ended it, in between.
-		if since = s.since.Load(); since == 0 {
-			return true
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := s.last.Load()
+	if last == 0 || t-last >= int64(cooldown) && t-s.since.Load() > int64(length)+int64(cooldown) {
+		s.since.Store(t)
 	}
-	if now.Sub(time.Unix(0, since)) > max {
-		s.spent.Store(true)
-		return false
-	}
-	return true
+	s.advance(t)
+	return t-s.since.Load() <= int64(length)
 }
 
-// End closes the episode: the layer is back under its limit.
-func (s *Episode) End() {
-	if s.since.Load() != 0 || s.spent.Load() {
-		s.since.Store(0)
-		s.spent.Store(false)
+// advance moves last forward to t, never back. It keeps last to the
+// millisecond, so that under overload, when every request is over the
+// limit, the shared word is read far more often than written.
+func (s *Episode) advance(t int64) {
+	for {
+		last := s.last.Load()
+		if t-last < int64(time.Millisecond) && last != 0 || s.last.CompareAndSwap(last, t) {
+			return
+		}
 	}
+}
+
+// Hold records that the limit is still exceeded at now, with no request
+// asking: a concurrency layer whose overage requests are still in flight
+// calls it when a request arrives, and when the last of them leaves, so
+// that the cool-down counts from the moment it is back within the limit.
+// It does nothing before the first Over.
+func (s *Episode) Hold(now time.Time) {
+	t := now.UnixNano()
+	for {
+		last := s.last.Load()
+		if last == 0 || t-last < int64(time.Millisecond) || s.last.CompareAndSwap(last, t) {
+			return
+		}
+	}
+}
+
+// End forgets the episode and its cool-down: the next request over the
+// limit begins a new episode at once. Layers do not call it when they get
+// back under their limit (that would let a layer at twice its limit, which
+// dips under it between requests, start a new episode every time); it is
+// for a state reset, such as a limit that was reconfigured.
+func (s *Episode) End() {
+	if s.last.Load() == 0 {
+		return // nothing to forget: one atomic load for callers on every admission
+	}
+	s.mu.Lock()
+	s.last.Store(0)
+	s.since.Store(0)
+	s.mu.Unlock()
 }

@@ -42,7 +42,9 @@ func TestEnforcementValidate(t *testing.T) {
 	}
 	good := []shed.Enforcement{
 		{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute},
-		{Mode: shed.Elastic, Headroom: room, MinHeadroom: 1},
+		{Mode: shed.Elastic, Headroom: room, MinHeadroom: new(1.0)},
+		{Mode: shed.Elastic, Headroom: room, MinHeadroom: new(0.0)},
+		{Mode: shed.Soft, Overage: shed.MaxOverage, OverageCooldown: time.Hour},
 		{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1, MaxWait: time.Millisecond}},
 		{DryRun: true, Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1, MaxWait: time.Millisecond}},
 	}
@@ -61,9 +63,12 @@ func TestEnforcementValidate(t *testing.T) {
 		{shed.Enforcement{Overage: math.NaN()}, []string{"Enforcement.Overage"}},
 		{shed.Enforcement{Overage: math.Inf(1)}, []string{"Enforcement.Overage"}},
 		{shed.Enforcement{OverageFor: -time.Second}, []string{"Enforcement.OverageFor"}},
-		{shed.Enforcement{MinHeadroom: -0.1}, []string{"Enforcement.MinHeadroom"}},
-		{shed.Enforcement{MinHeadroom: 1.5}, []string{"Enforcement.MinHeadroom"}},
-		{shed.Enforcement{MinHeadroom: math.NaN()}, []string{"Enforcement.MinHeadroom"}},
+		{shed.Enforcement{Overage: 1e30}, []string{"Enforcement.Overage"}},
+		{shed.Enforcement{Overage: shed.MaxOverage + 0.001}, []string{"Enforcement.Overage"}},
+		{shed.Enforcement{OverageCooldown: -time.Second}, []string{"Enforcement.OverageCooldown"}},
+		{shed.Enforcement{MinHeadroom: new(-0.1)}, []string{"Enforcement.MinHeadroom"}},
+		{shed.Enforcement{MinHeadroom: new(1.5)}, []string{"Enforcement.MinHeadroom"}},
+		{shed.Enforcement{MinHeadroom: new(math.NaN())}, []string{"Enforcement.MinHeadroom"}},
 		{shed.Enforcement{Mode: shed.Elastic}, []string{"Enforcement.Headroom"}},
 		{shed.Enforcement{Action: shed.Queue}, []string{"QueueConfig.MaxLength", "QueueConfig.MaxWait"}},
 		{shed.Enforcement{Mode: shed.Elastic, Overage: -1, Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1}},
@@ -100,6 +105,8 @@ func TestEnforcementCeiling(t *testing.T) {
 		{shed.Enforcement{Mode: shed.Elastic, Overage: 2}, 10, 30},
 		{shed.Enforcement{Mode: shed.Soft}, math.MaxInt64, math.MaxInt64},
 		{shed.Enforcement{Mode: shed.Soft}, math.MaxInt64 - 1, math.MaxInt64},
+		{shed.Enforcement{Mode: shed.Soft, Overage: shed.MaxOverage}, math.MaxInt64 / 2, math.MaxInt64},
+		{shed.Enforcement{Mode: shed.Soft, Overage: 1e30}, 100, math.MaxInt64}, // invalid, yet no wrap-around
 	} {
 		if got := tc.e.Ceiling(tc.limit); got != tc.want {
 			t.Errorf("%v overage %v: Ceiling(%d) = %d, want %d", tc.e.Mode, tc.e.Overage, tc.limit, got, tc.want)
@@ -183,14 +190,16 @@ func TestDecideElasticHeadroomThreshold(t *testing.T) {
 	var h float64
 	e := shed.Enforcement{Mode: shed.Elastic, Headroom: shed.HeadroomFunc(func() float64 { return h })}
 	for _, tc := range []struct {
-		min, h float64
-		want   shed.Verdict
+		min  *float64
+		h    float64
+		want shed.Verdict
 	}{
-		{0, 0.2, shed.AdmitOver}, // default MinHeadroom 0.2, inclusive
-		{0, 0.19, shed.Deny},
-		{0.5, 0.5, shed.AdmitOver},
-		{0.5, 0.49, shed.Deny},
-		{1, 1, shed.AdmitOver},
+		{nil, 0.2, shed.AdmitOver}, // default MinHeadroom 0.2, inclusive
+		{nil, 0.19, shed.Deny},
+		{new(0.5), 0.5, shed.AdmitOver},
+		{new(0.5), 0.49, shed.Deny},
+		{new(1.0), 1, shed.AdmitOver},
+		{new(0.0), 0, shed.AdmitOver}, // 0 can be set: the overage whatever the signal
 	} {
 		e.MinHeadroom, h = tc.min, tc.h
 		if got := e.Decide(t0, false, true, nil); got != tc.want {
@@ -198,7 +207,7 @@ func TestDecideElasticHeadroomThreshold(t *testing.T) {
 		}
 	}
 	// Snaps back as soon as the signal drops, with no memory.
-	e.MinHeadroom = 0
+	e.MinHeadroom = nil
 	h = 0.9
 	if e.Decide(t0, false, true, nil) != shed.AdmitOver {
 		t.Fatal("no overage with headroom")
@@ -206,6 +215,18 @@ func TestDecideElasticHeadroomThreshold(t *testing.T) {
 	h = 0
 	if e.Decide(t0, false, true, nil) != shed.Deny {
 		t.Fatal("overage without headroom")
+	}
+}
+
+// TestElasticHasNoTimeLimit: unlike Soft, Elastic allows the overage for as
+// long as the signal says there is room, however long that is.
+func TestElasticHasNoTimeLimit(t *testing.T) {
+	e := shed.Enforcement{Mode: shed.Elastic, OverageFor: time.Second,
+		Headroom: shed.HeadroomFunc(func() float64 { return 1 })}
+	for d := time.Duration(0); d <= 24*time.Hour; d += time.Minute {
+		if v := e.Decide(t0.Add(d), false, true, nil); v != shed.AdmitOver {
+			t.Fatalf("elastic with headroom, %v into the overage: %d, want AdmitOver", d, v)
+		}
 	}
 }
 
@@ -218,7 +239,11 @@ func TestEpisodeCutsOffSoftOverage(t *testing.T) {
 	if v := over(); v != shed.AdmitOver {
 		t.Fatalf("start of overage: %d, want AdmitOver", v)
 	}
-	clock.Advance(10 * time.Second)
+	clock.Advance(5 * time.Second)
+	if v := over(); v != shed.AdmitOver {
+		t.Fatalf("in the overage: %d, want AdmitOver", v)
+	}
+	clock.Advance(5 * time.Second)
 	if v := over(); v != shed.AdmitOver {
 		t.Fatalf("at OverageFor: %d, want AdmitOver", v)
 	}
@@ -226,20 +251,98 @@ func TestEpisodeCutsOffSoftOverage(t *testing.T) {
 	if v := over(); v != shed.Deny {
 		t.Fatalf("past OverageFor: %d, want Deny", v)
 	}
-	clock.Advance(time.Hour)
-	if v := over(); v != shed.Deny {
-		t.Fatalf("a spent episode allowed the overage again: %d", v)
-	}
-	// Back under the limit ends the episode; the next overage starts afresh.
+	// Within the limit does not end the episode: only a cool-down
+	// (default OverageFor) with no request over the limit does.
 	if v := e.Decide(clock.Now(), true, true, &ep); v != shed.Admit {
 		t.Fatalf("within the limit: %d, want Admit", v)
 	}
-	if v := over(); v != shed.AdmitOver {
-		t.Fatalf("new episode: %d, want AdmitOver", v)
+	clock.Advance(10*time.Second - 1)
+	if v := over(); v != shed.Deny {
+		t.Fatalf("a new episode before the cool-down: %d, want Deny", v)
 	}
-	clock.Advance(10*time.Second + 1)
+	clock.Advance(10 * time.Second)
+	if v := over(); v != shed.AdmitOver {
+		t.Fatalf("new episode after the cool-down: %d, want AdmitOver", v)
+	}
+	clock.Advance(5 * time.Second)
+	over()
+	clock.Advance(5*time.Second + 1)
 	if v := over(); v != shed.Deny {
 		t.Fatalf("new episode past OverageFor: %d, want Deny", v)
+	}
+	// End forgets it all.
+	ep.End()
+	if v := over(); v != shed.AdmitOver {
+		t.Fatalf("after End: %d, want AdmitOver", v)
+	}
+}
+
+// TestSoftSustainedOverloadIsBoundedInTime offers a soft limit twice what
+// it allows for two minutes: every 100ms one request finds the layer under
+// its limit and one finds it over. The overage is allowed for one episode
+// (OverageFor from the first request over the limit), then never again
+// while the overload lasts; after a quiet cool-down a new episode begins.
+func TestSoftSustainedOverloadIsBoundedInTime(t *testing.T) {
+	for _, cool := range []time.Duration{0, 5 * time.Second, time.Minute} {
+		e := shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second, OverageCooldown: cool}
+		var ep shed.Episode
+		at := t0
+		lastOver := time.Duration(-1)
+		for d := time.Duration(0); d < 2*time.Minute; d += 100 * time.Millisecond {
+			at = t0.Add(d)
+			if v := e.Decide(at, true, true, &ep); v != shed.Admit {
+				t.Fatalf("cool-down %v, +%v within the limit: %d", cool, d, v)
+			}
+			if v := e.Decide(at, false, true, &ep); v == shed.AdmitOver {
+				lastOver = d
+			}
+		}
+		if lastOver != 30*time.Second {
+			t.Errorf("cool-down %v: last overage at +%v under sustained overload, want +30s and never after", cool, lastOver)
+		}
+		wait := cool
+		if wait == 0 {
+			wait = 30 * time.Second // the default: OverageFor
+		}
+		if v := e.Decide(at.Add(wait-time.Millisecond), false, true, &ep); v != shed.Deny {
+			t.Errorf("cool-down %v: a new episode %v after the overload: %d, want Deny", cool, wait-time.Millisecond, v)
+		}
+		if v := e.Decide(at.Add(2*wait), false, true, &ep); v != shed.AdmitOver {
+			t.Errorf("cool-down %v: no new episode after a quiet cool-down: %d", cool, v)
+		}
+	}
+}
+
+// TestDecideOverEveryEpisode: a request over two limits gets the overage
+// only if both limits' episodes allow it, and both record it.
+func TestDecideOverEveryEpisode(t *testing.T) {
+	e := shed.Enforcement{Mode: shed.Soft, OverageFor: 10 * time.Second}
+	var key, all shed.Episode
+	for d := time.Duration(0); d <= 10*time.Second; d += time.Second {
+		if v := e.DecideOver(t0.Add(d), true, &all); v != shed.AdmitOver { // the overall limit's episode
+			t.Fatalf("+%v: %d", d, v)
+		}
+	}
+	at := t0.Add(11 * time.Second)
+	if v := e.DecideOver(at, true, &key); v != shed.AdmitOver {
+		t.Fatalf("the key's own episode: %d", v)
+	}
+	if v := e.DecideOver(at, true, &key, &all); v != shed.Deny {
+		t.Fatalf("over both limits, the overall episode spent: %d, want Deny", v)
+	}
+	if v := e.DecideOver(at, false, &key); v != shed.Deny {
+		t.Fatalf("over the ceiling: %d, want Deny", v)
+	}
+	if v := e.DecideOver(at, true); v != shed.Deny {
+		t.Fatalf("soft with no episode: %d, want Deny", v)
+	}
+	// key recorded the refused request at +11s: still in its own episode,
+	// which began at +11s; all recorded it too, so its cool-down restarted.
+	if v := e.DecideOver(t0.Add(20*time.Second), true, &all); v != shed.Deny {
+		t.Fatalf("overall limit within its cool-down: %d, want Deny", v)
+	}
+	if v := e.DecideOver(t0.Add(20*time.Second), true, &key); v != shed.AdmitOver {
+		t.Fatalf("key within its episode: %d, want AdmitOver", v)
 	}
 }
 
@@ -250,7 +353,11 @@ func TestEpisodeDefaultOverageFor(t *testing.T) {
 	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
 		t.Fatalf("%d", v)
 	}
-	clock.Advance(shed.DefaultOverageFor)
+	clock.Advance(shed.DefaultOverageFor / 2)
+	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
+		t.Fatalf("within the default OverageFor: %d, want AdmitOver", v)
+	}
+	clock.Advance(shed.DefaultOverageFor / 2)
 	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
 		t.Fatalf("at the default OverageFor: %d, want AdmitOver", v)
 	}
@@ -293,8 +400,36 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		e.Decide(t0, false, true, nil)
 		soft.Decide(t0, false, true, &ep)
 		soft.Decide(t0, true, true, &ep)
+		soft.DecideOver(t0, true, &ep, &ep)
 	})
 	if allocs != 0 {
 		t.Fatalf("Decide allocates %v times", allocs)
+	}
+}
+
+// TestEpisodeBudget: sparse requests over the limit get at most OverageFor
+// of overage in any OverageFor + OverageCooldown; Hold keeps a limit that
+// is still exceeded from cooling down.
+func TestEpisodeBudget(t *testing.T) {
+	const length, cool = 10 * time.Second, 20 * time.Second
+	var ep shed.Episode
+	over := func(d time.Duration) bool { return ep.Over(t0.Add(d), length, cool) }
+	if !over(0) {
+		t.Fatal("first overage refused")
+	}
+	if over(25 * time.Second) { // quiet for the cool-down, but within 30s of the last start
+		t.Fatal("a new episode 25s after the last began (budget: 10s in 30s)")
+	}
+	if !over(50 * time.Second) { // 25s after the last request over the limit, 50s after the start
+		t.Fatal("no new episode after a quiet cool-down and a full period")
+	}
+	ep.Hold(t0.Add(90 * time.Second)) // still exceeded at +90s
+	if over(100 * time.Second) {
+		t.Fatal("a new episode 10s after the limit was last exceeded")
+	}
+	var fresh shed.Episode
+	fresh.Hold(t0)
+	if !fresh.Over(t0.Add(time.Second), length, cool) {
+		t.Fatal("Hold before any Over must not block the first episode")
 	}
 }

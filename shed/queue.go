@@ -384,3 +384,40 @@ func (q *WaitQueue) expire(w *waiter) {
 	}
 	q.mu.Unlock()
 }
+
+// Lowest returns the priority of the lowest waiter, and false when nobody
+// waits.
+func (q *WaitQueue) Lowest() (Priority, bool) {
+	if q.n.Load() == 0 {
+		return 0, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := 0; i < NumPriorities; i++ {
+		if q.levels[i].head != nil {
+			return Priorities()[i], true
+		}
+	}
+	return 0, false
+}
+
+// Evict does what a full queue does for a newcomer of priority p: the
+// waiter of the lowest priority below p that would be served last gives up
+// with ErrEvicted. It reports whether there was one. A layer that bounds
+// several queues together (one per key, say) calls it on the queue that
+// holds the lowest waiter, so that every layer's full queue behaves alike.
+func (q *WaitQueue) Evict(p Priority) bool {
+	if q.n.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	v := q.victim(p.Index(), q.clock.Now())
+	if v == nil {
+		return false
+	}
+	q.finish(v, evicted)
+	// The victim may have been the one holding up those behind it.
+	q.dispatch()
+	return true
+}

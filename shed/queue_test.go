@@ -749,3 +749,42 @@ drive:
 		outcomes[0].Load(), outcomes[1].Load(), outcomes[2].Load(), outcomes[3].Load(), outcomes[4].Load(),
 		p.giveBack.Load(), p.maxHold.Load())
 }
+
+// TestWaitQueueLowestAndEvict: what a layer bounding several queues
+// together uses to evict as one full queue would.
+func TestWaitQueueLowestAndEvict(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	q := newQueue(t, shed.QueueConfig{MaxLength: 5, MaxWait: time.Minute, Clock: clock})
+	p := newPool(t, 10, 0)
+	ctx := context.Background()
+	if _, ok := q.Lowest(); ok || q.Evict(shed.Critical) {
+		t.Fatal("an empty queue has a lowest waiter")
+	}
+	out := make(chan result, 5)
+	var g grants
+	waitAsync(t, q, ctx, "A", shed.Default, time.Time{}, g.take("A", p.take), p.put, out)
+	waitAsync(t, q, ctx, "B", shed.Sheddable, time.Time{}, g.take("B", p.take), p.put, out)
+	waitAsync(t, q, ctx, "C", shed.Sheddable, time.Time{}, g.take("C", p.take), p.put, out)
+	if lp, ok := q.Lowest(); !ok || lp != shed.Sheddable {
+		t.Fatalf("Lowest = %v, %v; want sheddable", lp, ok)
+	}
+	if q.Evict(shed.Sheddable) {
+		t.Fatal("evicted a waiter of the newcomer's own priority")
+	}
+	if !q.Evict(shed.Default) {
+		t.Fatal("nothing evicted below default")
+	}
+	if r := recv(t, out); r.name != "C" || !errors.Is(r.err, shed.ErrEvicted) {
+		t.Fatalf("got %+v; want C (the sheddable served last) evicted", r)
+	}
+	if q.Len() != 2 {
+		t.Fatalf("len %d, want 2", q.Len())
+	}
+	p.free.Store(2)
+	q.Notify()
+	for i := 0; i < 2; i++ {
+		if r := recv(t, out); r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+	}
+}

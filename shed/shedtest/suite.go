@@ -34,6 +34,12 @@ type LayerSuite struct {
 	// then checks cancellation and deadlines while queued. The layer must
 	// report its waiters with a Queued() int method.
 	NewQueued func(t testing.TB, clock *Clock) shed.Layer
+	// NewSoft, when set, builds a fresh layer like New's in soft mode:
+	// shed.Enforcement{Mode: shed.Soft, OverageFor: SoftOverageFor}, the
+	// default Overage and OverageCooldown, so that it admits at least one
+	// request over Capacity. The suite then checks the soft-mode episode
+	// rule (see RunLayerSuite). It needs an outcome that Frees.
+	NewSoft func(t testing.TB, clock *Clock) shed.Layer
 	// Request is what the suite sends (default: Key "shedtest", Route
 	// "GET /shedtest", Default priority, cost 1).
 	Request shed.Request
@@ -59,6 +65,10 @@ type LayerSuite struct {
 	Goroutines, Iterations int
 }
 
+// SoftOverageFor is the Enforcement.OverageFor of LayerSuite.NewSoft's
+// layers.
+const SoftOverageFor = time.Minute
+
 // suiteStart is the manual clock's reading when a test begins.
 var suiteStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -81,7 +91,16 @@ var outcomes = [...]shed.Outcome{shed.Completed, shed.Failed, shed.Dropped, shed
 //     -race, and leave the layer as they found it;
 //   - QueueCancel and QueueDeadline (with NewQueued): a request that gives
 //     up while queued, or whose deadline passes, returns an error and holds
-//     nothing.
+//     nothing;
+//   - QueueEvict (with NewQueued): when the queue is full, a newcomer of
+//     higher priority evicts the lowest waiter that would be served last
+//     (with a rejection of the layer's status), and one of the same
+//     priority is rejected at once;
+//   - SoftEpisode (with NewSoft): past its capacity the layer admits
+//     requests over the limit (Lease.Over) for one episode of
+//     SoftOverageFor; under sustained overload, dipping under the limit
+//     between requests, it then holds its hard limit and begins no new
+//     episode; after a quiet cool-down, it begins one.
 func RunLayerSuite(t *testing.T, s LayerSuite) {
 	t.Helper()
 	if s.New == nil || s.Capacity < 1 {
@@ -112,6 +131,10 @@ func RunLayerSuite(t *testing.T, s LayerSuite) {
 	if s.NewQueued != nil {
 		t.Run("QueueCancel", s.testQueueCancel)
 		t.Run("QueueDeadline", s.testQueueDeadline)
+		t.Run("QueueEvict", s.testQueueEvict)
+	}
+	if s.NewSoft != nil {
+		t.Run("SoftEpisode", s.testSoftEpisode)
 	}
 }
 
@@ -162,10 +185,16 @@ func (s *LayerSuite) fill(t testing.TB, l shed.Layer, clock *Clock, h *held) {
 }
 
 func (s *LayerSuite) fresh(t *testing.T) (shed.Layer, *Clock, *held) {
+	return build(t, "New", s.New)
+}
+
+// build makes a fresh layer with newLayer (the LayerSuite field named
+// field) on a clock of its own.
+func build(t *testing.T, field string, newLayer func(testing.TB, *Clock) shed.Layer) (shed.Layer, *Clock, *held) {
 	clock := NewClock(suiteStart)
-	l := s.New(t, clock)
+	l := newLayer(t, clock)
 	if l == nil {
-		t.Fatal("LayerSuite.New returned nil")
+		t.Fatalf("LayerSuite.%s returned nil", field)
 	}
 	h := &held{}
 	t.Cleanup(h.releaseAll)
@@ -410,13 +439,7 @@ func waitQueued(t testing.TB, l shed.Layer, n int) {
 }
 
 func (s *LayerSuite) freshQueued(t *testing.T) (shed.Layer, *Clock, *held) {
-	clock := NewClock(suiteStart)
-	l := s.NewQueued(t, clock)
-	if l == nil {
-		t.Fatal("LayerSuite.NewQueued returned nil")
-	}
-	h := &held{}
-	t.Cleanup(h.releaseAll)
+	l, clock, h := build(t, "NewQueued", s.NewQueued)
 	s.fill(t, l, clock, h)
 	return l, clock, h
 }
@@ -478,5 +501,148 @@ func (s *LayerSuite) checkNothingHeld(t *testing.T, l shed.Layer, clock *Clock, 
 	h.leases[0].Release(o)
 	if got := s.admits(t, l, clock, h, s.Capacity); got != 1 {
 		t.Fatalf("after the waiter left and one lease was released, the layer admits %d, want 1", got)
+	}
+}
+
+// answered waits, in real time but bounded, until l reports n waiters (and
+// returns false) or done has an answer (and returns it, and true).
+func answered(t testing.TB, l shed.Layer, n int, done <-chan error) (error, bool) {
+	t.Helper()
+	q, ok := l.(interface{ Queued() int })
+	if !ok {
+		t.Fatalf("%T has no Queued() int method: the queue tests cannot see its waiters", l)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			return err, true
+		default:
+		}
+		if q.Queued() == n {
+			return nil, false
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Queued() = %d after 10s, want %d", q.Queued(), n)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *LayerSuite) testQueueEvict(t *testing.T) {
+	l, clock, h := s.freshQueued(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	low, high := s.Request, s.Request
+	low.Priority, high.Priority = shed.Sheddable, shed.Critical
+	// Sheddable waiters, until the queue is full.
+	var waiting []<-chan error
+	for {
+		if len(waiting) == 64 {
+			t.Fatal("the queue took 64 waiters without filling up")
+		}
+		done := s.queued(ctx, l, low)
+		if err, full := answered(t, l, len(waiting)+1, done); full {
+			if rej := Rejection(t, err); rej.Status != s.Status {
+				t.Fatalf("a newcomer to a full queue: %+v; want status %d", rej, s.Status)
+			}
+			break
+		}
+		waiting = append(waiting, done)
+	}
+	n := len(waiting)
+	if n == 0 {
+		t.Fatal("NewQueued's queue holds no waiter")
+	}
+	// A critical newcomer takes the place of the newest sheddable waiter.
+	critical := s.queued(ctx, l, high)
+	select {
+	case err := <-waiting[n-1]:
+		if rej := Rejection(t, err); rej.Status != s.Status || !errors.Is(err, shed.ErrRejected) {
+			t.Fatalf("the evicted waiter got %+v; want a rejection with status %d", rej, s.Status)
+		}
+	case err := <-critical:
+		t.Fatalf("a critical newcomer to a full queue of sheddable waiters got %v; want one of them evicted", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a critical newcomer to a full queue of sheddable waiters evicted none of them (10s)")
+	}
+	waitQueued(t, l, n)
+	cancel()
+	for i, done := range append(waiting[:n-1], critical) {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter %d, cancelled: %v; want context.Canceled", i, err)
+		}
+	}
+	waitQueued(t, l, 0)
+	s.checkNothingHeld(t, l, clock, h)
+}
+
+func (s *LayerSuite) testSoftEpisode(t *testing.T) {
+	free := shed.Outcome(0)
+	frees := false
+	for _, o := range outcomes {
+		if s.Frees(o) {
+			free, frees = o, true
+			break
+		}
+	}
+	if !frees {
+		t.Skip("no outcome frees a unit: the soft-mode test cannot hold the layer at its limit")
+	}
+	l, clock, h := build(t, "NewSoft", s.NewSoft)
+	if n := s.admits(t, l, clock, h, s.Capacity); n != s.Capacity {
+		t.Fatalf("a fresh soft layer admitted %d requests; LayerSuite.Capacity says %d", n, s.Capacity)
+	}
+	for i, lease := range h.leases {
+		if lease.Over {
+			t.Fatalf("request %d, within Capacity, admitted with Lease.Over", i)
+		}
+	}
+	at := func(d time.Duration) { clock.Set(suiteStart.Add(d)) }
+	// over sends a request over the limit and reports whether it was
+	// admitted (over the limit, or the test fails), releasing it at once.
+	over := func(d time.Duration) bool {
+		t.Helper()
+		lease, err := l.Acquire(context.Background(), s.probe(clock))
+		if err != nil {
+			if rej := Rejection(t, err); rej.Status != s.Status {
+				t.Fatalf("+%v: rejection %+v; want status %d", d, rej, s.Status)
+			}
+			return false
+		}
+		defer lease.Release(free)
+		if !lease.Over {
+			t.Fatalf("+%v: admitted past Capacity without Lease.Over", d)
+		}
+		return true
+	}
+	const step = SoftOverageFor / 6
+	for d := time.Duration(0); d <= SoftOverageFor; d += step {
+		at(d)
+		if !over(d) {
+			t.Fatalf("+%v into the episode (OverageFor %v): rejected; want admitted over the limit", d, SoftOverageFor)
+		}
+	}
+	// Sustained overload: between requests over the limit, the layer dips
+	// under it (one unit freed and taken again within the limit). That
+	// must not begin a new episode.
+	for d := SoftOverageFor + step; d <= 4*SoftOverageFor; d += step {
+		at(d)
+		h.leases[0].Release(free)
+		lease, err := l.Acquire(context.Background(), s.probe(clock))
+		if err != nil || lease.Over {
+			t.Fatalf("+%v: a unit freed, then %v (over %v); want admitted within the limit", d, err, lease.Over)
+		}
+		h.leases[0] = lease
+		if over(d) {
+			t.Fatalf("+%v: admitted over the limit %v after the episode began, under sustained overload", d, d)
+		}
+	}
+	// Quiet for a cool-down (by default OverageFor) and more: a new one.
+	d := 6 * SoftOverageFor
+	at(d)
+	if !over(d) {
+		t.Fatalf("+%v: rejected after a quiet cool-down; want a new episode", d)
 	}
 }
