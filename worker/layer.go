@@ -338,17 +338,13 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		return l.over(ctx, req, w)
 	}
 	if l.workers == 0 {
-		if v == 0 && l.enf.Mode == shed.Soft {
-			l.ep.End() // nothing shed, no budget: the overage episode is over
-		}
 		return shed.NewLease(l), nil
 	}
+	// Admissions within the limit leave the soft episode alone (see
+	// shed.Episode): under sustained overload there is one episode, then
+	// the hard limit until the load abates.
 	cost := req.Units()
-	if l.takeWithin(cost, l.workers) {
-		if v == 0 && l.enf.Mode == shed.Soft {
-			l.ep.End() // nothing shed and within the budget
-		}
-	} else {
+	if !l.takeWithin(cost, l.workers) {
 		switch {
 		case l.yield && !l.enf.DryRun && l.displace(cost, req.Priority.Index()):
 			// The units of a lower-priority request not yet started are ours.
