@@ -35,6 +35,10 @@ func TestConformanceBudget(t *testing.T) {
 		NewQueued: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
 			return conformanceLayer(t, clock, Config{Workers: 3, Enforcement: queueing})
 		},
+		NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return conformanceLayer(t, clock, Config{Workers: 3,
+				Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: shedtest.SoftOverageFor}})
+		},
 		Capacity: 3,
 		Status:   shed.StatusServiceUnavailable,
 	})
