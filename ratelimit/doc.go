@@ -52,13 +52,16 @@
 //
 // Keys are held as seeded 64-bit hashes, so a key's length costs nothing.
 // Heap per key, measured with 100k keys (Go 1.26, amd64; see
-// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey): token and leaky
-// bucket 42 bytes, fixed window 84, sliding window 105, sliding log 253
-// with one request in its log, plus 16 bytes per further entry (at most
-// Quantity). Tables are kept between a quarter and half full, so the figure
-// moves with the number of keys: 32 to 64 bytes for the buckets, 64 to 128
-// for the fixed window, 80 to 160 for the sliding window, about 210 to 350
-// for the log.
+// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey), and the same at
+// MaxKeys 100k after 400k distinct keys, each new one evicting another
+// (TestMemoryChurnAtCap): token and leaky bucket 42 bytes, fixed window 84,
+// sliding window 105, sliding log 253 with one request in its log, plus 16
+// bytes per further entry (at most Quantity). Tables are kept between a
+// quarter and half full of keys, so the figure moves with the number of
+// keys: 32 to 64 bytes for the buckets, 64 to 128 for the fixed window, 80
+// to 160 for the sliding window, about 210 to 350 for the log. A store at
+// its cap keeps the table of its live keys: evicted keys' slots are
+// reclaimed by rebuilding at the same size.
 
 // # Rules and the layer
 //
