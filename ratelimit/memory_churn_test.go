@@ -21,7 +21,9 @@ func TestMemoryChurnAtCap(t *testing.T) {
 	}
 	n, offered := 100_000, 400_000
 	if raceEnabled {
-		n, offered = 20_000, 80_000 // the same ratio, in a fraction of the time
+		// The race detector pads every object: the ratio still holds,
+		// the figures do not, and the run is ten times slower.
+		n, offered = 5_000, 20_000
 	}
 	bounds := map[Algorithm]float64{TokenBucket: 70, LeakyBucket: 70, FixedWindow: 135, SlidingWindow: 170, SlidingLog: 360}
 	for _, alg := range allAlgs {
@@ -32,7 +34,7 @@ func TestMemoryChurnAtCap(t *testing.T) {
 			t.Errorf("%v: %.0f B/key at the cap after churn, %.2f× the %.0f B/key of as many keys without churn; want ≤ 1.25×",
 				alg, atCap, atCap/plain, plain)
 		}
-		if atCap > bounds[alg] {
+		if atCap > bounds[alg] && !raceEnabled {
 			t.Errorf("%v: %.0f B/key at the cap, documented bound %v", alg, atCap, bounds[alg])
 		}
 	}
@@ -43,6 +45,7 @@ func TestMemoryChurnAtCap(t *testing.T) {
 func churnBytesPerKey(t testing.TB, alg Algorithm, n, offered int) (float64, int) {
 	var before, after runtime.MemStats
 	runtime.GC()
+	runtime.GC() // what earlier tests left, finalizers included
 	runtime.ReadMemStats(&before)
 	m, err := NewMemory(alg, PerMinute(100), MemoryConfig{MaxKeys: n, Clock: shedtest.NewClock(contractStart)})
 	if err != nil {
@@ -61,5 +64,9 @@ func churnBytesPerKey(t testing.TB, alg Algorithm, n, offered int) (float64, int
 	}
 	runtime.KeepAlive(m)
 	m.Close()
-	return float64(after.HeapAlloc-before.HeapAlloc) / float64(live), live
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if grown <= 0 {
+		t.Fatalf("%v: the heap shrank by %d bytes while the store filled: another test's garbage was freed", alg, -grown)
+	}
+	return float64(grown) / float64(live), live
 }

@@ -29,6 +29,7 @@ type Proxy struct {
 	latency   atomic.Int64 // ns added before each forwarded chunk
 	blackHole atomic.Bool
 	cutEvery  atomic.Int64 // cut the connection at every n-th reply; 0: never
+	cutOnce   atomic.Bool  // cut the next reply only
 	cutRST    atomic.Bool  // cut by RST instead of FIN
 	replies   atomic.Int64
 	cuts      atomic.Int64
@@ -71,6 +72,14 @@ func (p *Proxy) CutReplies(n int, rst bool) {
 	p.cutEvery.Store(int64(n))
 }
 
+// CutOnce makes the proxy cut the next reply only, as CutReplies does. On a
+// connection already open and idle, that is the reply to the next command:
+// a client that re-sends it (on a new connection) gets its answer.
+func (p *Proxy) CutOnce(rst bool) {
+	p.cutRST.Store(rst)
+	p.cutOnce.Store(true)
+}
+
 // Refuse closes the listener and cuts every open connection (RST), so that
 // connecting fails at once with "connection refused", as with a server that
 // is down. Heal listens again on the same address.
@@ -92,6 +101,7 @@ func (p *Proxy) Heal() error {
 	black := p.blackHole.Swap(false)
 	p.latency.Store(0)
 	p.cutEvery.Store(0)
+	p.cutOnce.Store(false)
 	if black {
 		p.CutAll(false)
 	}
@@ -223,7 +233,8 @@ func (p *Proxy) pipe(src, dst net.Conn, replies bool) {
 				continue // swallowed
 			}
 			if replies {
-				if every := p.cutEvery.Load(); every > 0 && p.replies.Add(1)%every == 0 {
+				every := p.cutEvery.Load()
+				if p.cutOnce.CompareAndSwap(true, false) || (every > 0 && p.replies.Add(1)%every == 0) {
 					p.cuts.Add(1)
 					_, _ = dst.Write(buf[:n/2])
 					closeConn(dst, p.cutRST.Load())

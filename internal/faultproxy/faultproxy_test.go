@@ -1,4 +1,4 @@
-package faultproxy
+package faultproxy_test
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/faultproxy"
 	"github.com/loadshed/loadshed/internal/redistest"
 )
 
-func client(t *testing.T, p *Proxy) *redis.Client {
+func client(t *testing.T, p *faultproxy.Proxy) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -29,7 +30,7 @@ func ping(c *redis.Client, timeout time.Duration) (time.Duration, error) {
 // Each fault shows as the client would meet it in production.
 func TestFaults(t *testing.T) {
 	redistest.Client(t)
-	p, err := New(redistest.Addr(t))
+	p, err := faultproxy.New(redistest.Addr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
