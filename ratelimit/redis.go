@@ -286,7 +286,10 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 	case ctx.Err() != nil:
 		// Cut short by the caller's own context: says nothing about Redis.
 	case redisx.IsOutage(err):
-		r.gate.Failed(t)
+		// At the failure, not at the start: the interval counts from when
+		// Redis was last found unresponsive, so the layers after this one
+		// in the same request do not wait for it again.
+		r.gate.Failed(r.clock.Now().UnixNano())
 	default:
 		// It answered, if only with an error for this key.
 		r.gate.Answered()
