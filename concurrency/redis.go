@@ -252,3 +252,18 @@ func (r *RedisLimiter) Close() error {
 	}
 	return r.flush(ctx) // the second removal of unanswered acquires
 }
+
+// ReportGauges reports this instance's units in flight (in Redis and in
+// the local share), the fleet-wide overall limit (0 without one), whether it
+// is falling back, and the instances the outage share divides by. It reads
+// no Redis.
+func (r *RedisLimiter) ReportGauges(emit func(shed.Gauge)) {
+	fallback := 0.0
+	if r.Fallback() {
+		fallback = 1
+	}
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInFlight, Value: float64(r.InFlight())})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeLimit, Value: float64(r.limit)})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeFallback, Value: fallback})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInstances, Value: float64(r.Instances())})
+}

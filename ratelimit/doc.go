@@ -22,7 +22,9 @@
 //     MaxSlidingLogQuantity). Exact over any Period.
 //   - SlidingWindow: the current window's count plus the previous one's
 //     weighted by its overlap with the last Period, rounded up. Cheap and
-//     close to the log.
+//     close to the log on ordinary traffic, but its worst case is twice
+//     Quantity in one rolling Period (the previous window's units all at
+//     its end); docs/redis.md gives the measured error.
 //
 // The buckets' emission interval Period/Quantity is rounded up to a whole
 // nanosecond, so rounding never admits more than the limit. A cost above
