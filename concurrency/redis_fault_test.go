@@ -63,7 +63,7 @@ func load(t *testing.T, l shed.Layer, timings *redistest.Timings, workers, n int
 
 // cleared waits until the limiter holds and owes nothing and its sets in
 // Redis are empty.
-func cleared(t *testing.T, r *RedisLimiter, keys ...string) {
+func cleared(t *testing.T, r *RedisLayer, keys ...string) {
 	t.Helper()
 	c := newClient(t)
 	deadline := time.Now().Add(5 * time.Second)
@@ -90,7 +90,7 @@ func TestRedisFaultCutRepliesLeaveNoLease(t *testing.T) {
 	for _, rst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rst=%v", rst), func(t *testing.T) {
 			c, px := redistest.ProxiedClient(t, redistest.Addr(t))
-			r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 20, PerKey: 6, KeyBy: ByKey},
+			r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 20, PerKey: 6, KeyBy: KeyByClient},
 				Prefix: redistest.Prefix(t), ExpectedInstances: 1, Timeout: time.Second})
 			px.CutReplies(10, rst)
 			var timings redistest.Timings
@@ -149,7 +149,7 @@ func TestRedisFaultDecisionTime(t *testing.T) {
 func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 	srv := redistest.StartServer(t)
 	const probe = 100 * time.Millisecond
-	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: ByKey}, Prefix: redistest.Prefix(t),
+	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: KeyByClient}, Prefix: redistest.Prefix(t),
 		Timeout: faultTimeout, ProbeInterval: probe}
 	ca, _ := redistest.ProxiedClient(t, srv.Addr())
 	cb, _ := redistest.ProxiedClient(t, srv.Addr())
@@ -167,7 +167,7 @@ func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 	perKey := map[string]int{}
 	var timings redistest.Timings
 	for i := 0; i < 40; i++ {
-		for _, l := range []*RedisLimiter{a, b} {
+		for _, l := range []*RedisLayer{a, b} {
 			key := fmt.Sprintf("k%d", i%3)
 			var ls shed.Lease
 			var err error

@@ -31,7 +31,7 @@ func newClient(t testing.TB) *redis.Client {
 	return c
 }
 
-func mustNewRedis(t testing.TB, c redis.UniversalClient, cfg RedisConfig) *RedisLimiter {
+func mustNewRedis(t testing.TB, c redis.UniversalClient, cfg RedisConfig) *RedisLayer {
 	t.Helper()
 	r, err := NewRedis(c, cfg)
 	if err != nil {
@@ -559,7 +559,7 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 2, KeyBy: KeyByRoute, Clock: clock,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute}},
 		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	route := shed.Request{Key: "anyone", Route: "POST /v1/charges"}
@@ -705,7 +705,7 @@ func TestRedisAsyncRelease(t *testing.T) {
 // ExpectedInstances set overrides the count.
 func TestRedisOutageShareFromLiveInstances(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: ByKey}, Prefix: prefix}
+	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: KeyByClient}, Prefix: prefix}
 	a := mustNewRedis(t, newClient(t), cfg)
 	b := mustNewRedis(t, newClient(t), cfg)
 	deadline := time.Now().Add(5 * time.Second)

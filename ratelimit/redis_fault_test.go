@@ -48,7 +48,7 @@ func TestRedisFaultLostReplyChargesOnce(t *testing.T) {
 
 // load runs workers goroutines deciding n times each on key, failing the
 // test on any error, and returns the admissions.
-func load(t *testing.T, l Limiter, timings *redistest.Timings, workers, n int, key string) int64 {
+func load(t *testing.T, l Store, timings *redistest.Timings, workers, n int, key string) int64 {
 	t.Helper()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
