@@ -640,7 +640,8 @@ func TestRedisLostLease(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
 	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 2, Clock: clock}, Prefix: redistest.Prefix(t),
-		ExpectedInstances: 1, TTL: 50 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
+		ExpectedInstances: 1, TTL: 300 * time.Millisecond, RenewEvery: 100 * time.Millisecond,
+		Timeout: 5 * time.Second}) // long enough that a loaded machine reads the lease before it expires
 	ls, err := r.Acquire(ctx, shed.Request{})
 	if err != nil {
 		t.Fatal(err)
