@@ -142,6 +142,12 @@ func (p *Presence) Refresh(ctx context.Context) (int, error) {
 }
 
 func (p *Presence) tick() {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return // a refresh racing the last leave may still land: it expires after 3 × every
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.every/2, DefaultTimeout))
 	_, _ = p.Refresh(ctx)
 	cancel()
