@@ -48,7 +48,8 @@ type RedisPeer struct {
 func RedisPeers() []RedisPeer {
 	ls := func(alg ratelimit.Algorithm, batch, overCache bool) func(redis.UniversalClient, int64, time.Duration, string) (RedisDecider, error) {
 		return func(c redis.UniversalClient, n int64, period time.Duration, prefix string) (RedisDecider, error) {
-			cfg := ratelimit.RedisConfig{Prefix: prefix, Timeout: time.Second}
+			// One instance: no presence refresh among the round trips counted.
+			cfg := ratelimit.RedisConfig{Prefix: prefix, Timeout: time.Second, ExpectedInstances: 1}
 			if batch {
 				cfg.Batch.Fraction = RedisBatchFraction(n)
 			}
