@@ -63,6 +63,11 @@ func TestConformanceRedis(t *testing.T) {
 			return mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: KeyByClient, Clock: clock},
 				Prefix: redistest.Prefix(t), Timeout: 5 * time.Second})
 		},
+		NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: KeyByClient, Clock: clock,
+				Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: shedtest.SoftOverageFor}},
+				Prefix: redistest.Prefix(t), Timeout: 5 * time.Second})
+		},
 		Capacity:   2,
 		Status:     shed.StatusTooManyRequests,
 		Goroutines: 4, Iterations: 50,

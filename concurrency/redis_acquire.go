@@ -51,9 +51,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		// It can never fit, and its members would only burden Redis. Dry
 		// run admits it with nothing held.
 		if r.enf.DryRun {
-			ls := shed.NewLease(r)
-			ls.Cost, ls.DryRun = cost, true
-			return ls, nil
+			return r.dryRunLease(cost), nil
 		}
 		return shed.Lease{}, r.rejection(req, over, 0)
 	}
@@ -73,12 +71,9 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		return r.failed(ctx, req, e, err)
 	}
 	if res[0] == 1 {
-		if r.enf.Mode == shed.Soft {
-			r.epAll.End()
-			if ep := r.keyEpisode(req); ep != nil {
-				ep.End()
-			}
-		}
+		// Admissions within the limit leave the soft episodes alone (see
+		// shed.Episode), so that soft mode stays bounded in time under
+		// sustained overload.
 		return r.lease(e, res), nil
 	}
 	// Over a limit: let the mode decide, and ask Redis again with the bound
@@ -91,13 +86,14 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	}
 	now := r.clock.Now()
 	v := r.enf.Decide(now, false, n <= r.enf.Ceiling(limit)-cost, ep)
-	if v == shed.AdmitOver || v == shed.AdmitDryRun {
+	if v == shed.AdmitDryRun {
+		// A dry-run admission over the limit takes no slot, as a rejection
+		// would not: the lease holds nothing in Redis.
+		return r.dryRunLease(cost), nil
+	}
+	if v == shed.AdmitOver {
 		for i := range bounds {
-			if v == shed.AdmitOver {
-				bounds[i] = r.enf.Ceiling(bounds[i])
-			} else {
-				bounds[i] = 1 << 50
-			}
+			bounds[i] = r.enf.Ceiling(bounds[i])
 		}
 		res, err = r.run(ctx, e, bounds)
 		if err != nil {
@@ -109,18 +105,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 			return ls, nil
 		}
 		over, n = r.which(keys, int(res[1])-1), res[2]
-		if v = r.enf.Decide(now, false, false, nil); v == shed.AdmitDryRun {
-			// Over a ceiling in dry run: still never reject.
-			for i := range bounds {
-				bounds[i] = 1 << 50
-			}
-			if res, err = r.run(ctx, e, bounds); err != nil {
-				return r.failed(ctx, req, e, err)
-			}
-			ls := r.lease(e, res)
-			ls.DryRun = true
-			return ls, nil
-		}
+
 	}
 	return shed.Lease{}, r.rejection(req, over, n)
 }
@@ -206,5 +191,12 @@ func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 			ls.Quota = q
 		}
 	}
+	return ls
+}
+
+// dryRunLease admits a request in dry run with nothing held.
+func (r *RedisLayer) dryRunLease(cost int64) shed.Lease {
+	ls := shed.NewLease(r)
+	ls.Cost, ls.DryRun = cost, true
 	return ls
 }

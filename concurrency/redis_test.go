@@ -124,8 +124,10 @@ func TestRedisCostAndModes(t *testing.T) {
 	if err != nil || !over.DryRun {
 		t.Fatalf("dry run: %v DryRun=%v", err, over.DryRun)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 5 {
-		t.Fatalf("set holds %d members, want 5 (one per unit)", n)
+	// The dry-run admission over the limit holds nothing, as a rejection
+	// would not.
+	if n := zcard(t, c, r.OverallKey()); n != 3 {
+		t.Fatalf("set holds %d members, want 3 (one per unit of the admission within the limit)", n)
 	}
 	big.Release(shed.Completed)
 	over.Release(shed.Completed)
@@ -598,8 +600,14 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 	if ls, err := r.Acquire(ctx, route); err != nil || ls.Over {
 		t.Fatalf("back under the limit: %v over=%v", err, ls.Over)
 	}
+	// Dipping under the limit earns no new episode within the cool-down
+	// (OverageCooldown, default OverageFor) of the last overage.
+	if _, err := r.Acquire(ctx, route); err == nil {
+		t.Fatal("a new overage episode within the cool-down")
+	}
+	clock.Advance(time.Minute)
 	if ls, err := r.Acquire(ctx, route); err != nil || !ls.Over {
-		t.Fatalf("a new overage episode: %v over=%v", err, ls.Over)
+		t.Fatalf("a new overage episode after the cool-down: %v over=%v", err, ls.Over)
 	}
 }
 
