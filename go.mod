@@ -3,7 +3,9 @@ module github.com/loadshed/loadshed
 go 1.26.8
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/goccy/go-yaml v1.19.2
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
