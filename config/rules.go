@@ -15,6 +15,29 @@ type rule struct {
 	shadow  bool
 }
 
+// Rule is one rate-limit rule of a section, its descriptor tree flattened.
+type Rule struct {
+	// Name is the rule's name, given or derived.
+	Name string
+	// Entries are the descriptors from the top down to the rule's own,
+	// each with only Key and Value set.
+	Entries []Descriptor
+	// Rate is the rule's limit, as written.
+	Rate Rate
+	// Shadow says the rule runs in dry run: its shadow_mode, or the
+	// section's dry_run.
+	Shadow bool
+}
+
+// Rules returns the section's rules, depth first in file order.
+func (r *RateLimit) Rules() []Rule {
+	var out []Rule
+	for _, ru := range r.rules("") {
+		out = append(out, Rule{Name: ru.name, Entries: ru.entries, Rate: ru.rate, Shadow: ru.shadow || r.DryRun})
+	}
+	return out
+}
+
 // rules flattens the descriptor tree, depth first, in file order.
 func (r *RateLimit) rules(path string) []rule {
 	var out []rule
