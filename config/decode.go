@@ -38,8 +38,8 @@ func Parse(name string, data []byte, opts Options) (*File, error) {
 
 func parse(name string, data []byte, opts Options) (*File, positions, error) {
 	f, pos, errs := decodeFile(name, data)
-	if len(errs) == 0 {
-		errs = validate(f, opts)
+	if !f.unparsed {
+		errs = append(errs, related(errs, validate(f, opts))...)
 	}
 	if err := pos.place(name, errs).err(); err != nil {
 		return nil, pos, err
@@ -89,6 +89,7 @@ func decodeFile(name string, data []byte) (*File, positions, Errors) {
 	f := &File{}
 	if len(data) > MaxFileBytes {
 		d.errs = append(d.errs, &Error{Msg: fmt.Sprintf("the file is %d bytes, larger than the %d read", len(data), MaxFileBytes)})
+		f.unparsed = true
 		return f, d.pos, d.errs
 	}
 	file, err := parseYAML(data)
@@ -101,6 +102,7 @@ func decodeFile(name string, data []byte) (*File, positions, Errors) {
 			}
 		}
 		d.errs = append(d.errs, e)
+		f.unparsed = true
 		return f, d.pos, d.errs
 	}
 	var body ast.Node
@@ -119,6 +121,7 @@ func decodeFile(name string, data []byte) (*File, positions, Errors) {
 	}
 	if body == nil {
 		d.errs = append(d.errs, &Error{Line: 1, Column: 1, Msg: "the file is empty"})
+		f.unparsed = true
 		return f, d.pos, d.errs
 	}
 	d.pos[""] = nodePos(body)
@@ -510,4 +513,39 @@ func fieldsOf(t reflect.Type) *fields {
 	walk(t, nil)
 	fieldCache.Store(t, fs)
 	return fs
+}
+
+// related drops the checks' errors about fields that did not decode (or
+// whose parts or sections did not): they would repeat the decoding error
+// in other words ("unit is required" after "unknown value").
+func related(decoded, checked Errors) Errors {
+	if len(decoded) == 0 {
+		return checked
+	}
+	var out Errors
+	for _, c := range checked {
+		keep := true
+		for _, d := range decoded {
+			if d.Path == "" || within(c.Path, d.Path) || within(d.Path, c.Path) {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// within reports whether path is base or a field, item or entry below it.
+func within(path, base string) bool {
+	if !strings.HasPrefix(path, base) {
+		return false
+	}
+	if len(path) == len(base) || base == "" {
+		return true
+	}
+	c := path[len(base)]
+	return c == '.' || c == '['
 }

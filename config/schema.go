@@ -21,6 +21,8 @@ type File struct {
 	// Layers run in this order, each a section with exactly one of
 	// `ratelimit`, `concurrency`. Required: at least one.
 	Layers []Layer `yaml:"layers"`
+
+	unparsed bool // the file did not parse: nothing to check
 }
 
 // Redis is the connection to the shared store, made with go-redis's

@@ -293,7 +293,7 @@ func (c *checker) rate(r *Rate, path string, store Store) {
 		return
 	}
 	if err := r.limit().ValidateFor(r.Algorithm); err != nil {
-		c.errorf(path, nil, "%v", err)
+		c.errorf(path, nil, "%s", strings.TrimPrefix(err.Error(), "ratelimit: "))
 	}
 }
 
