@@ -131,7 +131,7 @@ func (l *Live) build(data []byte, prev *Built) (*generation, int, int, error) {
 func (l *Live) Reload() error {
 	data, err := readFile(l.path)
 	if err != nil {
-		return l.report(Reload{Path: l.path, Err: err})
+		return l.failed(err)
 	}
 	return l.reload(data, true)
 }
@@ -170,6 +170,15 @@ func (l *Live) report(r Reload) error {
 		l.opts.OnReload(r)
 	}
 	return r.Err
+}
+
+// failed reports a file that could not be read.
+func (l *Live) failed(err error) error {
+	var n uint64
+	if g := l.cur.Load(); g != nil {
+		n = g.n
+	}
+	return l.report(Reload{Path: l.path, Err: err, Generation: n})
 }
 
 // Stats returns how many reloads were applied and how many refused.
@@ -284,7 +293,7 @@ func (l *Live) Close() error {
 }
 
 // WatchDelay is how long Watch waits after a change to the file before it
-// reloads, so that an editor's several writes make one reload.
+// reads it, so that an editor's several writes make one reload.
 const WatchDelay = 100 * time.Millisecond
 
 // Watch reloads the file when it changes (through its directory, so that
@@ -316,7 +325,9 @@ func (l *Live) Watch(ctx context.Context) error {
 			if !ok {
 				return errors.New("config: the file watcher stopped")
 			}
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
+			// The first change of a burst arms the timer; later ones ride
+			// on it, so that a file written without pause still reloads.
+			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 && timer == nil {
 				timer = time.After(WatchDelay)
 			}
 		case err, ok := <-w.Errors:
@@ -331,7 +342,7 @@ func (l *Live) Watch(ctx context.Context) error {
 				if errors.Is(err, os.ErrNotExist) {
 					continue // being replaced; its Create follows
 				}
-				l.report(Reload{Path: l.path, Err: err})
+				l.failed(err)
 				continue
 			}
 			l.reload(data, false)
