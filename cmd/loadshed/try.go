@@ -57,6 +57,12 @@ func try(args []string, stdout, stderr io.Writer) int {
 		}
 		opts.HTTP.Priority = func(*http.Request, shed.Priority) shed.Priority { return p }
 	}
+	var events []shed.Event
+	opts.Observer = shed.ObserverFunc(func(e shed.Event) {
+		if e.Kind != shed.Released {
+			events = append(events, e)
+		}
+	})
 	b, err := config.Load(file, opts)
 	if err != nil {
 		var es config.Errors
@@ -105,9 +111,11 @@ func try(args []string, stdout, stderr io.Writer) int {
 			req.RemoteAddr = netip.AddrPortFrom(a, 1234).String()
 		}
 		rec := httptest.NewRecorder()
+		events = events[:0]
 		r.ServeHTTP(rec, req)
 		counts[rec.Code]++
 		fmt.Fprintf(stdout, "#%-3d %d %s\n", i, rec.Code, http.StatusText(rec.Code))
+		printDecisions(stdout, method+" "+pattern, events)
 		printHeaders(stdout, rec.Header())
 		if rec.Code >= 400 {
 			if detail := problemDetail(rec.Body.String()); detail != "" {
@@ -162,4 +170,23 @@ func problemDetail(body string) string {
 		return m[1]
 	}
 	return ""
+}
+
+// printDecisions shows what each layer said, and the request as they saw it.
+func printDecisions(w io.Writer, route string, events []shed.Event) {
+	if len(events) == 0 {
+		return
+	}
+	var said []string
+	for _, e := range events {
+		d := e.Layer + " " + e.Kind.String()
+		if e.Policy != "" && e.Kind != shed.Admitted {
+			d += " (" + e.Policy + ")"
+		}
+		if e.Over {
+			d += " over its limit"
+		}
+		said = append(said, d)
+	}
+	fmt.Fprintf(w, "     priority %s, route %s: %s\n", events[0].Priority, route, strings.Join(said, ", "))
 }
