@@ -74,12 +74,13 @@ type builder struct {
 	f      *File
 	opts   Options
 	prev   map[string]*part
+	used   map[string]*part
 	out    *Built
 	client redis.UniversalClient
 }
 
 func build(f *File, opts Options, prev *Built) (out *Built, err error) {
-	b := &builder{f: f, opts: opts, out: &Built{File: f}, prev: map[string]*part{}}
+	b := &builder{f: f, opts: opts, out: &Built{File: f}, prev: map[string]*part{}, used: map[string]*part{}}
 	if prev != nil {
 		for _, p := range prev.parts {
 			b.prev[p.key] = p
@@ -130,10 +131,13 @@ func build(f *File, opts Options, prev *Built) (out *Built, err error) {
 // part returns the part built from the definition key: the previous
 // build's when it has one, else a new one from make.
 func (b *builder) part(key string, make func() (any, func() error, error)) (any, error) {
+	if p, ok := b.used[key]; ok {
+		return p.value, nil // shared within the build: the Redis client
+	}
 	if p, ok := b.prev[key]; ok {
 		p.refs.Add(1)
 		b.out.parts = append(b.out.parts, p)
-		delete(b.prev, key) // a definition is used once per build
+		b.used[key] = p
 		return p.value, nil
 	}
 	v, closer, err := make()
@@ -143,6 +147,7 @@ func (b *builder) part(key string, make func() (any, func() error, error)) (any,
 	p := &part{key: key, value: v, close: closer}
 	p.refs.Store(1)
 	b.out.parts = append(b.out.parts, p)
+	b.used[key] = p
 	return v, nil
 }
 
