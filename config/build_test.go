@@ -12,7 +12,7 @@ import (
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
-func mustParse(t *testing.T, src string, opts Options) *File {
+func mustParse(t testing.TB, src string, opts Options) *File {
 	t.Helper()
 	f, err := Parse("test.yaml", []byte(src), opts)
 	if err != nil {
@@ -21,7 +21,7 @@ func mustParse(t *testing.T, src string, opts Options) *File {
 	return f
 }
 
-func mustBuild(t *testing.T, src string, opts Options) *Built {
+func mustBuild(t testing.TB, src string, opts Options) *Built {
 	t.Helper()
 	b, err := Build(mustParse(t, src, opts), opts)
 	if err != nil {
@@ -166,3 +166,5 @@ func TestBuildRefusesWhatValidateRefuses(t *testing.T) {
 		t.Fatalf("want Errors, got %v", err)
 	}
 }
+
+func benchRequest() shed.Request { return shed.Request{Key: "k", Route: "GET /x"} }

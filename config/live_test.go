@@ -21,14 +21,14 @@ import (
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
-func writeFile(t *testing.T, path, src string) {
+func writeFile(t testing.TB, path, src string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func open(t *testing.T, src string, opts Options) (*Live, string) {
+func open(t testing.TB, src string, opts Options) (*Live, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "loadshed.yaml")
 	writeFile(t, path, src)
