@@ -272,3 +272,11 @@ func FuzzParse(f *testing.F) {
 		b.Close()
 	})
 }
+
+func TestValidateRefusesNegativeDurations(t *testing.T) {
+	f := &File{Layers: []Layer{{Concurrency: &Concurrency{Limit: 1, RetryAfter: -1}}}}
+	err := Validate(f, Options{})
+	if err == nil || !strings.Contains(err.Error(), "layers[0].concurrency.retry_after: must not be negative") {
+		t.Errorf("Validate: %v", err)
+	}
+}

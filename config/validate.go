@@ -5,9 +5,11 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
@@ -39,6 +41,7 @@ func (c *checker) errorf(path string, allowed []string, format string, args ...a
 
 func validate(f *File, opts Options) Errors {
 	c := &checker{opts: opts}
+	c.durations(reflect.ValueOf(f).Elem(), "")
 	c.redis(f)
 	c.http(&f.HTTP)
 	if len(f.Layers) == 0 {
@@ -357,5 +360,32 @@ func (c *checker) prefix(path, prefix string, store Store) {
 		c.errorf(path, nil, "prefix is for store: redis")
 	case strings.ContainsAny(prefix, "{}"):
 		c.errorf(path, nil, "must not contain '{' or '}' (they would move the Redis Cluster hash tag), got %q", prefix)
+	}
+}
+
+// durations refuses negative durations anywhere: a file cannot write one
+// (the decoder refuses it), a File built in Go can.
+func (c *checker) durations(v reflect.Value, path string) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			c.durations(v.Elem(), path)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			c.durations(v.Index(i), path+"["+strconv.Itoa(i)+"]")
+		}
+	case reflect.Struct:
+		fs := fieldsOf(v.Type())
+		for _, name := range fs.names {
+			f := v.FieldByIndex(fs.index[name])
+			if f.Type() == durationType {
+				if f.Int() < 0 {
+					c.errorf(join(path, name), nil, "must not be negative, got %v", time.Duration(f.Int()))
+				}
+				continue
+			}
+			c.durations(f, join(path, name))
+		}
 	}
 }
