@@ -1,18 +1,23 @@
 // Package concurrency is loadshed's concurrent-request layer: "you can only
-// have N requests in progress at the same time". Limiter counts in this
-// process; RedisLimiter counts across a fleet, in Redis. Both implement
-// shed.Layer (named "concurrency") and shed.Releaser, so they plug into a
-// shed.Chain, the HTTP middleware, or stand alone.
+// have N requests in progress at the same time". Layer counts in this
+// process; RedisLayer counts across a fleet, in Redis. Both implement
+// shed.Layer (named by Config.Name, default "concurrency") and
+// shed.Releaser, so they plug into a shed.Chain, the HTTP middleware, or
+// stand alone.
+//
+// The shortest use is PerKey, a cap on each client's requests in flight:
+//
+//	r.Use(shedhttp.Limit(concurrency.PerKey(10)))
 //
 // # Limits
 //
 // A Config sets an overall limit (Limit), a per-key limit (PerKey), or both.
 // KeyBy says what the per-key limit counts by, and so whose limit it is:
 //
-//   - ByKey counts per Request.Key (the API key, user or client IP). The
+//   - KeyByClient counts per Request.Key (the API key, user or client IP). The
 //     limit is the client's own: over it, a 429 (shed.Throttled) with
 //     policy "in-flight-per-key".
-//   - ByRoute counts per Request.Route (a route pattern, so the set of keys
+//   - KeyByRoute counts per Request.Route (a route pattern, so the set of keys
 //     stays bounded). The limit protects the service: over it, a 503
 //     (shed.Shed) with policy "in-flight-per-route".
 //
@@ -41,7 +46,8 @@
 // so a refused request never disturbs the count. Per-key counters live in a
 // map split into 64 shards by a hash of the key: a lookup takes its shard's
 // read lock, a miss its write lock once. The lease points at its key's
-// counter (Lease.Ref), so a release needs no lookup at all.
+// counter through a pooled per-grant guard (shed.GuardPool), so a release
+// needs no lookup, and releasing a copy of a released lease changes nothing.
 //
 // Counters of keys with nothing in flight are removed when a shard grows
 // past twice its live keys (and at least 512), and by Sweep. Removal must
@@ -66,7 +72,7 @@
 //
 // # Fleet-wide, on Redis
 //
-// RedisLimiter does what Stripe's concurrent-requests limiter does: each
+// RedisLayer does what Stripe's concurrent-requests limiter does: each
 // request in flight is a lease, a member of a sorted set scored by the
 // lease's expiry in Redis's own clock (TIME), so hosts' clocks never matter.
 // Acquire is one Lua script: for each set (the key's, then the overall
@@ -95,7 +101,7 @@
 //
 // Leases expire after RedisConfig.TTL (default 10s) unless renewed: that is
 // how long the requests of a host that crashed keep counting. While a
-// request runs, its instance renews it: one renewer per RedisLimiter ticks
+// request runs, its instance renews it: one renewer per RedisLayer ticks
 // every RenewEvery (default TTL/3; TTL must exceed it), and pushes back the
 // expiry of all the leases it holds in one pipelined round trip, one script
 // call per set (ZADD XX, so a lease released or expired meanwhile is never
@@ -108,7 +114,7 @@
 // (default 50ms). The client must have ContextTimeoutEnabled set, or go-redis
 // would ignore the bound; NewRedis checks it. When the script errs or times
 // out, the request is decided by this instance's share of the limits, each
-// limit ÷ ExpectedInstances rounded up, by a local Limiter (see Local); the
+// limit ÷ ExpectedInstances rounded up, by a local Layer (see Local); the
 // lease or rejection is marked Fallback and Fallbacks counts the switch. A
 // lease granted in fallback is released locally. While falling back, one
 // request every ProbeInterval (default 250ms) tries Redis again, and the first

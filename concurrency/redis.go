@@ -27,7 +27,7 @@ const (
 	DefaultProbeInterval = 250 * time.Millisecond
 )
 
-// RedisConfig configures a RedisLimiter: the limits of Config, counted over
+// RedisConfig configures a RedisLayer: the limits of Config, counted over
 // the whole fleet in Redis.
 type RedisConfig struct {
 	// Config holds the limits, fleet-wide, and how they are enforced.
@@ -96,7 +96,7 @@ func (c RedisConfig) Validate() error {
 		errs = append(errs, err)
 	}
 	if c.Adaptive != nil {
-		errs = append(errs, errors.New("concurrency: RedisConfig.Adaptive is not supported fleet-wide: use an adaptive local Limiter"))
+		errs = append(errs, errors.New("concurrency: RedisConfig.Adaptive is not supported fleet-wide: use an adaptive local Layer"))
 	}
 	if c.Enforcement.Action == shed.Queue {
 		errs = append(errs, errors.New("concurrency: RedisConfig.Enforcement.Action Queue is not supported fleet-wide: another host's release cannot wake a waiter here"))
@@ -132,14 +132,14 @@ func (c RedisConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// RedisLimiter limits requests in flight across a fleet: each admitted
+// RedisLayer limits requests in flight across a fleet: each admitted
 // request is a lease in a Redis sorted set scored by its expiry, renewed in
 // batches while it runs, removed when it ends, and dropped by Redis after
 // RedisConfig.TTL if its host dies. When Redis errs or is slow it decides
 // from this instance's share of the limits, and goes back to Redis as soon
 // as Redis answers. It implements shed.Layer and shed.Releaser and is safe
 // for concurrent use. Close stops its renewer.
-type RedisLimiter struct {
+type RedisLayer struct {
 	name       string
 	keyBy      KeyBy
 	keyPolicy  string
@@ -157,7 +157,7 @@ type RedisLimiter struct {
 	instance   string // this instance's random id, the first part of every member
 	allKey     string // the overall sorted set; "" without an overall limit
 
-	local *Limiter // the fallback: this instance's share
+	local *Layer // the fallback: this instance's share
 	seq   atomic.Uint64
 	// gate keeps requests off Redis after an outage, but for one probe per
 	// ProbeInterval.
@@ -180,7 +180,7 @@ type redisStats struct {
 
 // redisLease is what a lease held in Redis points at (Lease.Ref).
 type redisLease struct {
-	owner    *RedisLimiter
+	owner    *RedisLayer
 	seq      uint64 // Lease.ID
 	member   string
 	keys     []string
@@ -190,13 +190,13 @@ type redisLease struct {
 	// recheck is set for an acquire that ended without an answer: its
 	// script may still be on its way to Redis, behind the first clean-up, so
 	// it is removed twice (promptly, and again at the renewer's next tick).
-	// Guarded by RedisLimiter.mu while pending.
+	// Guarded by RedisLayer.mu while pending.
 	recheck bool
 }
 
 // NewRedis checks cfg and returns a fleet-wide limiter, with its renewer
 // running.
-func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
+func NewRedis(cfg RedisConfig) (*RedisLayer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("concurrency: instance id: %w", err)
 	}
-	r := &RedisLimiter{
+	r := &RedisLayer{
 		name:       local.name,
 		keyBy:      cfg.KeyBy,
 		keyPolicy:  local.keyPolicy,
@@ -242,18 +242,18 @@ func NewRedis(cfg RedisConfig) (*RedisLimiter, error) {
 }
 
 // Name returns the layer's name.
-func (r *RedisLimiter) Name() string { return r.name }
+func (r *RedisLayer) Name() string { return r.name }
 
 // Local returns the limiter that decides, with this instance's share of the
 // limits, while Redis does not answer.
-func (r *RedisLimiter) Local() *Limiter { return r.local }
+func (r *RedisLayer) Local() *Layer { return r.local }
 
 // Fallback reports whether the limiter is deciding locally now because
 // Redis did not answer.
-func (r *RedisLimiter) Fallback() bool { return r.gate.Down() }
+func (r *RedisLayer) Fallback() bool { return r.gate.Down() }
 
 // Held returns how many leases this instance holds in Redis (and renews).
-func (r *RedisLimiter) Held() int {
+func (r *RedisLayer) Held() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.held)
@@ -261,22 +261,22 @@ func (r *RedisLimiter) Held() int {
 
 // Lost returns how many leases expired in Redis while their request still
 // ran (renewals failed for longer than the TTL).
-func (r *RedisLimiter) Lost() int64 { return r.stats.lost.Load() }
+func (r *RedisLayer) Lost() int64 { return r.stats.lost.Load() }
 
 // Fallbacks returns how many times the limiter switched to its local share.
-func (r *RedisLimiter) Fallbacks() int64 { return r.gate.Outages() }
+func (r *RedisLayer) Fallbacks() int64 { return r.gate.Outages() }
 
 // KeyFor returns the sorted set that counts req's key (its Request.Key or
 // Request.Route), or "" without a per-key limit. With an overall limit every
 // key shares the hash tag of the overall set ("{prefix}"), since one script
 // updates both; otherwise each key has its own tag ("{prefix:key}") so that
 // keys spread over a Cluster.
-func (r *RedisLimiter) KeyFor(req shed.Request) string {
+func (r *RedisLayer) KeyFor(req shed.Request) string {
 	if r.perKey == 0 {
 		return ""
 	}
 	k := req.Key
-	if r.keyBy == ByRoute {
+	if r.keyBy == KeyByRoute {
 		k = req.Route
 	}
 	k = escapeKey(k)
@@ -288,7 +288,7 @@ func (r *RedisLimiter) KeyFor(req shed.Request) string {
 
 // OverallKey returns the sorted set that counts every request, or "" without
 // an overall limit.
-func (r *RedisLimiter) OverallKey() string { return r.allKey }
+func (r *RedisLayer) OverallKey() string { return r.allKey }
 
 // maxKeyLen is the longest user key kept readable; longer ones are hashed.
 const maxKeyLen = 128
@@ -409,7 +409,7 @@ return gone
 `)
 
 // which says which limit the set at index i of keys counts (per key first).
-func (r *RedisLimiter) which(keys []string, i int) which {
+func (r *RedisLayer) which(keys []string, i int) which {
 	if keys[i] == r.allKey {
 		return allLimit
 	}
@@ -421,7 +421,7 @@ func (r *RedisLimiter) which(keys []string, i int) which {
 // instance's share instead and marks the lease (or rejection) Fallback. If
 // ctx ends while the script runs, Acquire returns ctx's error, and a lease
 // the script may have added is removed by the renewer.
-func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
 	}
@@ -509,7 +509,7 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 
 // neverFits says which limit a request of this cost exceeds even at its
 // ceiling, if any.
-func (r *RedisLimiter) neverFits(cost int64) which {
+func (r *RedisLayer) neverFits(cost int64) which {
 	switch {
 	case r.perKey > 0 && cost > r.enf.Ceiling(r.perKey):
 		return keyLimit
@@ -522,28 +522,28 @@ func (r *RedisLimiter) neverFits(cost int64) which {
 // keyEpisode returns the soft-mode overage episode of req's key. It lives in
 // the fallback limiter's slot for the key, so soft episodes are tracked per
 // instance; nil without a per-key limit or outside soft mode.
-func (r *RedisLimiter) keyEpisode(req shed.Request) *shed.Episode {
+func (r *RedisLayer) keyEpisode(req shed.Request) *shed.Episode {
 	if r.enf.Mode != shed.Soft || r.local.keys == nil {
 		return nil
 	}
 	return &r.local.keys.get(r.local.key(&req)).ep
 }
 
-func (r *RedisLimiter) rejection(req shed.Request, over which, n int64) *shed.Rejection {
+func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Rejection {
 	if over == keyLimit {
-		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n)}
-		if r.keyBy == ByKey {
-			return shed.Throttled(r.name, req, "too many requests in flight for this client", r.retryAfter, q)
+		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
+		if r.keyBy == KeyByClient {
+			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
 		}
-		return shed.Shed(r.name, req, "too many requests in flight for this route", r.retryAfter, q)
+		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
 	}
-	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n)}
-	return shed.Shed(r.name, req, "too many requests in flight", r.retryAfter, q)
+	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
+	return shed.Shed("too many requests in flight", r.retryAfter, q)
 }
 
 // run runs the acquire script within the timeout. Redis answering at all
 // ends a fallback.
-func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) ([]int64, error) {
+func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]int64, error) {
 	args := make([]any, 0, 3+len(bounds))
 	args = append(args, e.member, e.cost, r.ttl.Milliseconds())
 	for _, b := range bounds {
@@ -567,7 +567,7 @@ func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) (
 // away (its error is returned), or Redis erred or was slow (the local share
 // decides). Either way the script may have added the lease, so it is queued
 // for removal.
-func (r *RedisLimiter) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
+func (r *RedisLayer) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
 	r.forget(e)
 	if ctx.Err() != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
@@ -581,7 +581,7 @@ func (r *RedisLimiter) failed(ctx context.Context, req shed.Request, e *redisLea
 }
 
 // acquireLocal decides from this instance's share of the limits.
-func (r *RedisLimiter) acquireLocal(ctx context.Context, req shed.Request) (shed.Lease, error) {
+func (r *RedisLayer) acquireLocal(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	in, err := r.local.Acquire(ctx, req)
 	if err != nil {
 		var rej *shed.Rejection
@@ -597,21 +597,21 @@ func (r *RedisLimiter) acquireLocal(ctx context.Context, req shed.Request) (shed
 	return ls, nil
 }
 
-func (r *RedisLimiter) lease(e *redisLease, counts []int64) shed.Lease {
+func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 	r.mu.Lock()
 	r.held[e] = struct{}{}
 	r.mu.Unlock()
 	ls := shed.NewLease(r)
 	ls.Ref, ls.ID, ls.Cost = e, e.seq, e.cost
 	// Remaining from the tightest set (counts[i+1] is set i after adding).
-	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1}
+	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1, Service: true}
 	for i, k := range e.keys {
 		if i+1 >= len(counts) {
 			break
 		}
-		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1])}
+		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1]), Service: true}
 		if k != r.allKey {
-			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1])}
+			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1]), Service: r.keyBy == KeyByRoute}
 		}
 		if ls.Quota.Remaining < 0 || q.Remaining < ls.Quota.Remaining {
 			ls.Quota = q
@@ -624,7 +624,7 @@ func (r *RedisLimiter) lease(e *redisLease, counts []int64) shed.Lease {
 // a lease granted while falling back). If Redis does not confirm, the
 // renewer retries until the lease would have expired anyway. A lease this
 // limiter did not grant, or already released, is ignored.
-func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
+func (r *RedisLayer) Release(lease *shed.Lease, o shed.Outcome) {
 	e, ok := lease.Ref.(*redisLease)
 	if !ok {
 		r.local.Release(lease, o)
@@ -651,7 +651,7 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 
 // forget queues the removal of a lease whose acquire may or may not have
 // reached Redis.
-func (r *RedisLimiter) forget(e *redisLease) {
+func (r *RedisLayer) forget(e *redisLease) {
 	e.released.Store(true)
 	r.mu.Lock()
 	e.recheck = true
@@ -664,7 +664,7 @@ func (r *RedisLimiter) forget(e *redisLease) {
 // what it leaves.
 const flushSoon = 5 * time.Millisecond
 
-func (r *RedisLimiter) retryLater(e *redisLease) {
+func (r *RedisLayer) retryLater(e *redisLease) {
 	r.mu.Lock()
 	r.pending = append(r.pending, e)
 	if !r.soon && !r.closed {
@@ -674,7 +674,7 @@ func (r *RedisLimiter) retryLater(e *redisLease) {
 	r.mu.Unlock()
 }
 
-func (r *RedisLimiter) flushNow() {
+func (r *RedisLayer) flushNow() {
 	r.mu.Lock()
 	r.soon = false
 	r.mu.Unlock()
@@ -685,7 +685,7 @@ func (r *RedisLimiter) flushNow() {
 
 // tick is the renewer: every RenewEvery it retries unconfirmed releases and
 // renews every lease held, each batch in one pipelined round trip.
-func (r *RedisLimiter) tick() {
+func (r *RedisLayer) tick() {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -705,7 +705,7 @@ func (r *RedisLimiter) tick() {
 
 // flush retries the releases Redis has not confirmed, dropping those whose
 // lease has expired by now anyway.
-func (r *RedisLimiter) flush(ctx context.Context) error {
+func (r *RedisLayer) flush(ctx context.Context) error {
 	r.mu.Lock()
 	todo := r.pending
 	r.pending = nil
@@ -753,7 +753,7 @@ type evalCall struct {
 // evalAll runs one script for each call in one pipeline. If Redis has lost
 // the script (a restart flushes its cache) it loads it and runs the
 // pipeline once more.
-func (r *RedisLimiter) evalAll(ctx context.Context, s *redis.Script, calls []evalCall) []*redis.Cmd {
+func (r *RedisLayer) evalAll(ctx context.Context, s *redis.Script, calls []evalCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	for attempt := 0; ; attempt++ {
 		pipe := r.client.Pipeline()
@@ -779,7 +779,7 @@ const renewBatch = 256
 
 // renew pushes back the expiry of every lease held, grouped by the sets
 // they live in, in one pipeline.
-func (r *RedisLimiter) renew(ctx context.Context) {
+func (r *RedisLayer) renew(ctx context.Context) {
 	r.mu.Lock()
 	if len(r.held) == 0 {
 		r.mu.Unlock()
@@ -835,7 +835,7 @@ func (r *RedisLimiter) renew(ctx context.Context) {
 
 // Renew renews every lease held and retries unconfirmed releases now,
 // instead of at the next tick of the renewer.
-func (r *RedisLimiter) Renew(ctx context.Context) error {
+func (r *RedisLayer) Renew(ctx context.Context) error {
 	err := r.flush(ctx)
 	r.renew(ctx)
 	return err
@@ -844,7 +844,7 @@ func (r *RedisLimiter) Renew(ctx context.Context) error {
 // Close stops the renewer and retries unconfirmed releases once. Leases
 // still held stop being renewed and expire after the TTL: release them
 // first. The client is not closed.
-func (r *RedisLimiter) Close() error {
+func (r *RedisLayer) Close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

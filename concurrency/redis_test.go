@@ -31,7 +31,7 @@ func newClient(t testing.TB) *redis.Client {
 	return c
 }
 
-func mustNewRedis(t testing.TB, cfg RedisConfig) *RedisLimiter {
+func mustNewRedis(t testing.TB, cfg RedisConfig) *RedisLayer {
 	t.Helper()
 	r, err := NewRedis(cfg)
 	if err != nil {
@@ -549,7 +549,7 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
+	r := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 2, KeyBy: KeyByRoute, Clock: clock,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute}},
 		Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	route := shed.Request{Key: "anyone", Route: "POST /v1/charges"}
@@ -694,7 +694,7 @@ func TestRedisAsyncRelease(t *testing.T) {
 // ExpectedInstances left at zero means one instance, as in ratelimit: the
 // local share is the whole limit.
 func TestRedisExpectedInstancesDefault(t *testing.T) {
-	r, err := NewRedis(RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: ByKey}, Client: newClient(t),
+	r, err := NewRedis(RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: KeyByClient}, Client: newClient(t),
 		Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)

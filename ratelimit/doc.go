@@ -3,6 +3,15 @@
 // key limits per client, per route or per descriptor, and the shed.Layer
 // that enforces them.
 //
+// The shortest use is PerKey, a token bucket per client key:
+//
+//	r.Use(shedhttp.Limit(ratelimit.PerKey(100, time.Minute)))
+//
+// Beyond it: build a Store for each limit (NewMemory, or NewRedis for a
+// fleet), name a Rule for each (what it counts per: ByKey, ByRoute, By,
+// RouteIs), and give the rules to NewLayer. LayerConfig.Name tells two
+// rate-limit layers apart in events and metrics.
+//
 // # Algorithms
 //
 // Every algorithm takes a Limit (Quantity units per Period, and a Burst for
@@ -36,7 +45,7 @@
 //
 // # The in-memory store
 //
-// NewMemory returns a Limiter for one algorithm and one limit. Keys live in
+// NewMemory returns a Store for one algorithm and one limit. Keys live in
 // shards, each an open-addressing table that holds every key's state inline
 // next to the key's hash, read without a lock: a decision is a hash, a
 // probe, and a compare-and-swap on one word (the buckets) or a lock of the
@@ -62,7 +71,7 @@
 
 // # Rules and the layer
 //
-// A Rule names a limit, the Limiter that enforces it, and the Descriptors
+// A Rule names a limit, the Store that enforces it, and the Descriptors
 // it counts per, the way envoyproxy/ratelimit reads: a domain and key/value
 // entries (the client key, the route, or any value a function draws from
 // the request's context, such as a client IP or a user). NewLayer holds
@@ -82,7 +91,7 @@
 // of the rule closest to exhaustion for the RateLimit headers. Releasing it
 // with shed.Unused (a later layer rejected the request) refunds its units.
 //
-// A Limiter error never becomes a 500: the request is admitted with
+// A Store error never becomes a 500: the request is admitted with
 // Lease.Fallback set, the chain's observer records the fallback, and
 // LayerConfig.OnError is told.
 package ratelimit

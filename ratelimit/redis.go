@@ -59,7 +59,7 @@ type RedisConfig struct {
 	ExpectedInstances int
 	// Fallback, when set, decides while Redis is unreachable instead of the
 	// in-memory limiter NewRedis builds from the share above.
-	Fallback Limiter
+	Fallback Store
 	// OverLimitKeys bounds the local cache of keys Redis has found over
 	// their limit, answered without a round trip until a unit is back
 	// (default DefaultOverLimitKeys; negative disables the cache).
@@ -79,16 +79,16 @@ type RedisConfig struct {
 	Clock shed.Clock
 }
 
-// FallbackDecider is a Limiter that can tell whether a decision came from
+// FallbackDecider is a Store that can tell whether a decision came from
 // its local fallback because its shared store did not answer. Layers use it
 // to mark the lease (shed.Lease.Fallback) and the event.
 type FallbackDecider interface {
-	Limiter
+	Store
 	// Decide is Allow that also reports whether the local fallback decided.
 	Decide(ctx context.Context, key string, cost int64) (r Result, fallback bool, err error)
 }
 
-// Redis is the Redis-backed Limiter for one algorithm and one limit, shared
+// Redis is the Redis-backed Store for one algorithm and one limit, shared
 // by every process that uses the same Redis, prefix and algorithm. It is
 // safe for concurrent use. docs/redis.md tells the whole story; in short:
 //
@@ -124,7 +124,7 @@ type Redis struct {
 	timeout   time.Duration
 	deadlines *deadlineSlots
 	clock     shed.Clock
-	fallback  Limiter
+	fallback  Store
 	onFall    func(error)
 	ownsFall  bool
 
