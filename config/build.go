@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // Built is a configuration turned into working parts: the chain, and the
@@ -20,7 +21,7 @@ type Built struct {
 	Chain *shed.Chain
 	// HTTP is the middleware's configuration: Options.HTTP with the file's
 	// http section applied. Middleware uses it.
-	HTTP shed.HTTPConfig
+	HTTP shedhttp.Config
 	// File is the configuration it was built from, defaults not filled in.
 	File *File
 

@@ -18,7 +18,7 @@ func (r *RateLimit) layerName() string {
 	if r.Name != "" {
 		return r.Name
 	}
-	return ratelimit.LayerName
+	return ratelimit.DefaultName
 }
 
 // rateLimit builds the section's layer, and before it a dry-run layer for
@@ -32,7 +32,7 @@ func (b *builder) rateLimit(r *RateLimit) ([]shed.Layer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", ru.name, err)
 		}
-		rule := ratelimit.Rule{Name: ru.name, Domain: r.Domain, Descriptors: b.descriptors(ru.entries), Limiter: lim}
+		rule := ratelimit.Rule{Name: ru.name, Domain: r.Domain, Descriptors: b.descriptors(ru.entries), Store: lim}
 		if ru.shadow && !r.DryRun {
 			shadow = append(shadow, rule)
 		} else {
@@ -61,26 +61,15 @@ func (b *builder) rateLimit(r *RateLimit) ([]shed.Layer, error) {
 }
 
 func (b *builder) rateLimitLayer(name string, rules []ratelimit.Rule, enf shed.Enforcement, maxKeys int) (shed.Layer, error) {
-	l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: rules, Enforcement: enf, Clock: b.opts.Clock, MaxKeys: maxKeys})
+	l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Name: name, Rules: rules, Enforcement: enf, Clock: b.opts.Clock, MaxKeys: maxKeys})
 	if err != nil {
 		return nil, err
 	}
 	// Never carried over: its soft episodes and queues start afresh, the
 	// counts live in the limiters.
 	b.out.parts = append(b.out.parts, newPart(l, l.Close))
-	if name == ratelimit.LayerName {
-		return l, nil
-	}
-	return namedLayer{l, name}, nil
+	return l, nil
 }
-
-// namedLayer gives a ratelimit.Layer the name its section says.
-type namedLayer struct {
-	*ratelimit.Layer
-	name string
-}
-
-func (n namedLayer) Name() string { return n.name }
 
 func (b *builder) descriptors(entries []Descriptor) []ratelimit.Descriptor {
 	out := make([]ratelimit.Descriptor, len(entries))
@@ -95,10 +84,10 @@ func (b *builder) descriptors(entries []Descriptor) []ratelimit.Descriptor {
 	return out
 }
 
-// limiter returns the rule's limiter: the previous build's when the rule,
+// limiter returns the rule's store: the previous build's when the rule,
 // its layer's name, store and Redis settings are unchanged, so its counts
 // survive a reload.
-func (b *builder) limiter(r *RateLimit, ru *rule) (ratelimit.Limiter, error) {
+func (b *builder) limiter(r *RateLimit, ru *rule) (ratelimit.Store, error) {
 	limit := ru.rate.limit()
 	alg := ru.rate.Algorithm
 	if r.Store == RedisStore && !b.opts.MemoryOnly {
@@ -131,7 +120,7 @@ func (b *builder) limiter(r *RateLimit, ru *rule) (ratelimit.Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
-		return v.(ratelimit.Limiter), nil
+		return v.(ratelimit.Store), nil
 	}
 	key := fmt.Sprintf("ratelimit-memory %s|%s|%s|%+v|%v|%v|%d", r.layerName(), r.Domain, ru.name, ru.entries, alg, limit, r.MaxKeys)
 	v, err := b.part(key, func() (any, func() error, error) {
@@ -144,5 +133,5 @@ func (b *builder) limiter(r *RateLimit, ru *rule) (ratelimit.Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.(ratelimit.Limiter), nil
+	return v.(ratelimit.Store), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // Unit is a rate limit's period, as Lyft's configuration names it.
@@ -120,9 +121,9 @@ var enums = map[reflect.Type]*enum{
 	reflect.TypeFor[shed.Priority]():       enumOf(shed.Critical, shed.Default, shed.Sheddable, shed.TestMode),
 	reflect.TypeFor[shed.Mode]():           enumOf(shed.Hard, shed.Soft, shed.Elastic),
 	reflect.TypeFor[shed.Action]():         enumOf(shed.Reject, shed.Queue),
-	reflect.TypeFor[shed.KeyErrorPolicy](): enumOf(shed.KeyFallbackClientIP, shed.KeyShared, shed.KeyReject),
+	reflect.TypeFor[shedhttp.KeyErrorPolicy](): enumOf(shedhttp.KeyFallbackClientIP, shedhttp.KeyShared, shedhttp.KeyReject),
 	reflect.TypeFor[ratelimit.Algorithm](): enumOf(ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow),
-	reflect.TypeFor[concurrency.KeyBy]():   enumOf(concurrency.ByKey, concurrency.ByRoute),
+	reflect.TypeFor[concurrency.KeyBy]():   enumOf(concurrency.KeyByClient, concurrency.KeyByRoute),
 	reflect.TypeFor[Unit]():                enumOf(Second, Minute, Hour, Day),
 	reflect.TypeFor[Store]():               enumOf(Memory, RedisStore),
 	reflect.TypeFor[KeySource]():           enumOf(ClientIP, Header, Bearer),

@@ -7,27 +7,28 @@ import (
 	"net/http"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // httpConfig applies the file's http section to base.
-func httpConfig(h *HTTP, base shed.HTTPConfig) (shed.HTTPConfig, error) {
+func httpConfig(h *HTTP, base shedhttp.Config) (shedhttp.Config, error) {
 	cfg := base
 	switch h.Key.From {
 	case Header:
-		cfg.Key = shed.KeyHeader(h.Key.Header)
+		cfg.Key = shedhttp.KeyHeader(h.Key.Header)
 	case Bearer:
-		cfg.Key = shed.KeyBearer()
+		cfg.Key = shedhttp.KeyBearer()
 	}
 	if h.Key.Hash && cfg.Key != nil {
-		cfg.Key = shed.KeyHash(cfg.Key)
+		cfg.Key = shedhttp.KeyHash(cfg.Key)
 	}
-	cfg.ClientIP = shed.ClientIPConfig{TrustedProxies: h.TrustedProxies, Header: h.ClientIPHeader}
+	cfg.ClientIP = shedhttp.ClientIPConfig{TrustedProxies: h.TrustedProxies, Header: h.ClientIPHeader}
 	cfg.OnKeyError = h.OnKeyError
 	cfg.MaxKeyLength = h.MaxKeyLength
 	cfg.DefaultPriority = h.DefaultPriority
 	cfg.LegacyHeaders = h.LegacyHeaders
 	if len(h.Priorities) > 0 {
-		cfg.Priorities = make(shed.RoutePriorities, len(h.Priorities))
+		cfg.Priorities = make(shedhttp.RoutePriorities, len(h.Priorities))
 		for k, p := range h.Priorities {
 			cfg.Priorities[k] = p
 		}
@@ -42,7 +43,7 @@ func httpConfig(h *HTTP, base shed.HTTPConfig) (shed.HTTPConfig, error) {
 
 // middleware builds the HTTP middleware for chain (a throwaway chain when
 // nil, to check cfg).
-func middleware(chain *shed.Chain, cfg shed.HTTPConfig) (func(http.Handler) http.Handler, error) {
+func middleware(chain *shed.Chain, cfg shedhttp.Config) (func(http.Handler) http.Handler, error) {
 	if chain == nil {
 		c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{nopLayer{}}})
 		if err != nil {
@@ -50,7 +51,7 @@ func middleware(chain *shed.Chain, cfg shed.HTTPConfig) (func(http.Handler) http
 		}
 		chain = c
 	}
-	return chain.Middleware(cfg)
+	return shedhttp.New(chain, cfg)
 }
 
 type nopLayer struct{}

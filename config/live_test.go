@@ -128,10 +128,10 @@ func TestReloadRefusesABadFileAndKeepsServing(t *testing.T) {
 }
 
 // concurrencyLayers returns the concurrency limiters of b's chain.
-func concurrencyLayers(b *Built) []*concurrency.Limiter {
-	var out []*concurrency.Limiter
+func concurrencyLayers(b *Built) []*concurrency.Layer {
+	var out []*concurrency.Layer
 	for _, l := range b.Chain.Layers() {
-		if c, ok := l.(*concurrency.Limiter); ok {
+		if c, ok := l.(*concurrency.Layer); ok {
 			out = append(out, c)
 		}
 	}
@@ -164,7 +164,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	clock := shedtest.NewClock(time.Unix(1_700_000_000, 0))
 	l, path := open(t, fmt.Sprintf(underLoad, 100_000, 4), Options{Clock: clock})
 	gens := []*generation{l.cur.Load()}
-	layers := map[*concurrency.Limiter]bool{}
+	layers := map[*concurrency.Layer]bool{}
 	for _, c := range concurrencyLayers(l.Current()) {
 		layers[c] = true
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // Options are what a program gives Build besides the file: what a file
@@ -26,7 +27,7 @@ type Options struct {
 	// HTTP is the base of the middleware's configuration: its fields a file
 	// cannot hold (Routes, Key when the file does not set key, Priority,
 	// Cost, Skip, OnReject, Clock) are kept; the file's replace the rest.
-	HTTP shed.HTTPConfig
+	HTTP shedhttp.Config
 	// Observer receives every decision of the chain (default none).
 	Observer shed.Observer
 	// Clock is the chain's and the layers' clock (default shed.SystemClock).

@@ -6,6 +6,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // File is the whole defence, as one file holds it. Parse reads one from
@@ -61,7 +62,7 @@ type Redis struct {
 	ExpectedInstances int `yaml:"expected_instances"`
 }
 
-// HTTP configures the middleware (shed.HTTPConfig).
+// HTTP configures the middleware (shedhttp.Config).
 type HTTP struct {
 	// Key says whose a request is (default: the client IP).
 	Key Key `yaml:"key"`
@@ -74,14 +75,14 @@ type HTTP struct {
 	ClientIPHeader string `yaml:"client_ip_header"`
 	// OnKeyError is what happens to a request without a key:
 	// fallback-client-ip (default), shared, reject.
-	OnKeyError shed.KeyErrorPolicy `yaml:"on_key_error"`
+	OnKeyError shedhttp.KeyErrorPolicy `yaml:"on_key_error"`
 	// MaxKeyLength is the longest key accepted (default 1024).
 	MaxKeyLength int `yaml:"max_key_length"`
 	// DefaultPriority is the priority of routes Priorities does not name
 	// (default: default).
 	DefaultPriority shed.Priority `yaml:"default_priority"`
 	// Priorities annotates routes: "POST /v1/charges": critical,
-	// "/v1/reports/*": sheddable (see shed.RoutePriorities).
+	// "/v1/reports/*": sheddable (see shedhttp.RoutePriorities).
 	Priorities map[string]shed.Priority `yaml:"priorities"`
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset (default off).
 	LegacyHeaders bool `yaml:"legacy_headers"`

@@ -13,6 +13,7 @@ import (
 
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // maxDepth is how deep descriptors nest: one rule's entries.
@@ -69,7 +70,7 @@ func validate(f *File, opts Options) Errors {
 			enforcing, shadow := c.rateLimit(l.RateLimit, rp)
 			if enforcing > 0 {
 				layers++
-				name(rp+".name", l.RateLimit.Name, ratelimit.LayerName)
+				name(rp+".name", l.RateLimit.Name, ratelimit.DefaultName)
 			}
 			if shadow > 0 {
 				layers++
@@ -161,7 +162,7 @@ func (c *checker) http(h *HTTP) {
 		}
 		c.errorf("http.trusted_proxies["+strconv.Itoa(i)+"]", nil, "%q is neither an IP address nor a CIDR prefix", p)
 	}
-	if _, err := shed.NewClientIP(shed.ClientIPConfig{Header: h.ClientIPHeader}); err != nil && h.ClientIPHeader != "" {
+	if _, err := shedhttp.NewClientIP(shedhttp.ClientIPConfig{Header: h.ClientIPHeader}); err != nil && h.ClientIPHeader != "" {
 		c.errorf("http.client_ip_header", nil, "%q is not a valid header name", h.ClientIPHeader)
 	}
 	if h.Key.Hash && h.Key.From == ClientIP {
@@ -174,7 +175,7 @@ func (c *checker) http(h *HTTP) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if _, err := shed.ParseRoutePriorities(map[string]string{k: h.Priorities[k].String()}); err != nil {
+		if _, err := shedhttp.ParseRoutePriorities(map[string]string{k: h.Priorities[k].String()}); err != nil {
 			c.errorf("http.priorities["+strconv.Quote(k)+"]", nil, "%v", err)
 		}
 	}

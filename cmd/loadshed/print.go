@@ -14,6 +14,7 @@ import (
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 func printCmd(args []string, stdout, stderr io.Writer) int {
@@ -60,7 +61,7 @@ func printFile(w io.Writer, f *config.File) {
 			r := l.RateLimit
 			name := r.Name
 			if name == "" {
-				name = ratelimit.LayerName
+				name = ratelimit.DefaultName
 			}
 			shadow := false
 			for _, ru := range r.Rules() {
@@ -131,7 +132,7 @@ func printHTTP(w io.Writer, h *config.HTTP) {
 	}
 	maxKey := h.MaxKeyLength
 	if maxKey == 0 {
-		maxKey = shed.DefaultMaxKeyLength
+		maxKey = shedhttp.DefaultMaxKeyLength
 	}
 	proxies := "none (the peer's address)"
 	if len(h.TrustedProxies) > 0 {
