@@ -118,15 +118,15 @@ func enumOf[T fmt.Stringer](values ...T) *enum {
 // enums are the word-valued types of the schema, with their words in the
 // order the errors list them.
 var enums = map[reflect.Type]*enum{
-	reflect.TypeFor[shed.Priority]():       enumOf(shed.Critical, shed.Default, shed.Sheddable, shed.TestMode),
-	reflect.TypeFor[shed.Mode]():           enumOf(shed.Hard, shed.Soft, shed.Elastic),
-	reflect.TypeFor[shed.Action]():         enumOf(shed.Reject, shed.Queue),
+	reflect.TypeFor[shed.Priority]():           enumOf(shed.Critical, shed.Default, shed.Sheddable, shed.TestMode),
+	reflect.TypeFor[shed.Mode]():               enumOf(shed.Hard, shed.Soft, shed.Elastic),
+	reflect.TypeFor[shed.Action]():             enumOf(shed.Reject, shed.Queue),
 	reflect.TypeFor[shedhttp.KeyErrorPolicy](): enumOf(shedhttp.KeyFallbackClientIP, shedhttp.KeyShared, shedhttp.KeyReject),
-	reflect.TypeFor[ratelimit.Algorithm](): enumOf(ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow),
-	reflect.TypeFor[concurrency.KeyBy]():   enumOf(concurrency.KeyByClient, concurrency.KeyByRoute),
-	reflect.TypeFor[Unit]():                enumOf(Second, Minute, Hour, Day),
-	reflect.TypeFor[Store]():               enumOf(Memory, RedisStore),
-	reflect.TypeFor[KeySource]():           enumOf(ClientIP, Header, Bearer),
+	reflect.TypeFor[ratelimit.Algorithm]():     enumOf(ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow),
+	reflect.TypeFor[concurrency.KeyBy]():       enumOf(concurrency.KeyByClient, concurrency.KeyByRoute),
+	reflect.TypeFor[Unit]():                    enumOf(Second, Minute, Hour, Day),
+	reflect.TypeFor[Store]():                   enumOf(Memory, RedisStore),
+	reflect.TypeFor[KeySource]():               enumOf(ClientIP, Header, Bearer),
 }
 
 var (
