@@ -93,6 +93,21 @@ func build(f *File, opts Options, prev *Built) (out *Built, err error) {
 		}
 	}()
 	var errs Errors
+	// The worker layer first: elastic layers before it read its headroom.
+	workers := map[int]shed.Layer{}
+	for i := range f.Layers {
+		if w := f.Layers[i].Worker; w != nil {
+			l, err := b.worker(w)
+			if err != nil {
+				errs = append(errs, &Error{Path: "layers[" + strconv.Itoa(i) + "].worker", Msg: err.Error()})
+				continue
+			}
+			workers[i] = l
+			if b.opts.Headroom == nil {
+				b.opts.Headroom = l
+			}
+		}
+	}
 	var layers []shed.Layer
 	for i := range f.Layers {
 		l := &f.Layers[i]
@@ -106,6 +121,13 @@ func build(f *File, opts Options, prev *Built) (out *Built, err error) {
 		case l.Concurrency != nil:
 			path += ".concurrency"
 			built, err = b.concurrency(l.Concurrency)
+		case l.Fleet != nil:
+			path += ".fleet"
+			built, err = b.fleet(l.Fleet)
+		case l.Worker != nil:
+			if w, ok := workers[i]; ok {
+				built = []shed.Layer{w}
+			}
 		}
 		if err != nil {
 			errs = append(errs, &Error{Path: path, Msg: err.Error()})

@@ -168,3 +168,38 @@ func TestBuildRefusesWhatValidateRefuses(t *testing.T) {
 }
 
 func benchRequest() shed.Request { return shed.Request{Key: "k", Route: "GET /x"} }
+
+// TestElasticReadsTheWorkerLayer: a file with a worker layer needs no
+// Options.Headroom; its elastic layers read the worker's.
+func TestElasticReadsTheWorkerLayer(t *testing.T) {
+	clock := shedtest.NewClock(time.Unix(1_700_000_000, 0))
+	b := mustBuild(t, `
+layers:
+  - ratelimit:
+      mode: elastic
+      overage: 1
+      descriptors:
+        - key: key
+          rate_limit: {unit: hour, requests_per_unit: 2, algorithm: fixed-window}
+  - worker:
+      cpu: {disable: true}
+`, Options{Clock: clock})
+	names := []string{}
+	for _, l := range b.Chain.Layers() {
+		names = append(names, l.Name())
+	}
+	if len(names) != 2 || names[1] != "worker" {
+		t.Fatalf("layers %v", names)
+	}
+	// An idle worker has full headroom: the elastic limit lends its overage
+	// (one more request in two), then says no.
+	ctx := context.Background()
+	for i := 0; i < 4; i++ {
+		if err := b.Chain.Do(ctx, shed.Request{Key: "k"}, ok); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+	}
+	if err := b.Chain.Do(ctx, shed.Request{Key: "k"}, ok); err == nil {
+		t.Error("the elastic limit went past its overage")
+	}
+}

@@ -409,7 +409,8 @@ func (d *decoder) mapping(n ast.Node, v reflect.Value, path string) {
 		return
 	}
 	t := v.Type()
-	if t.Key().Kind() != reflect.String {
+	keyWords := enums[t.Key()]
+	if keyWords == nil && t.Key().Kind() != reflect.String {
 		d.errorf(n, path, nil, "cannot be set from a file (a %v)", t)
 		return
 	}
@@ -420,7 +421,18 @@ func (d *decoder) mapping(n ast.Node, v reflect.Value, path string) {
 			continue
 		}
 		kp := path + "[" + strconv.Quote(k) + "]"
-		kv := reflect.ValueOf(k).Convert(t.Key())
+		var kv reflect.Value
+		if keyWords != nil {
+			w, ok := keyWords.parse(k)
+			if !ok {
+				d.errorf(mv.Key, kp, keyWords.words, "unknown key %q", k)
+				continue
+			}
+			kv = w
+			kp = path + "." + k
+		} else {
+			kv = reflect.ValueOf(k).Convert(t.Key())
+		}
 		if m.MapIndex(kv).IsValid() {
 			d.errorf(mv.Key, kp, nil, "%q is set twice", k)
 			continue

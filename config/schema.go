@@ -20,7 +20,7 @@ type File struct {
 	// request: whose it is, and how important its route is.
 	HTTP HTTP `yaml:"http"`
 	// Layers run in this order, each a section with exactly one of
-	// `ratelimit`, `concurrency`. Required: at least one.
+	// `ratelimit`, `concurrency`, `fleet`, `worker`. Required: at least one.
 	Layers []Layer `yaml:"layers"`
 
 	unparsed bool // the file did not parse: nothing to check
@@ -103,12 +103,14 @@ type Key struct {
 type Layer struct {
 	RateLimit   *RateLimit   `yaml:"ratelimit"`
 	Concurrency *Concurrency `yaml:"concurrency"`
+	Fleet       *Fleet       `yaml:"fleet"`
+	Worker      *Worker      `yaml:"worker"`
 }
 
 // Enforcement is a layer's mode, dry run and action (shed.Enforcement).
 type Enforcement struct {
 	// Mode is hard (default), soft or elastic. Elastic needs a headroom
-	// signal: Options.Headroom.
+	// signal: the file's worker layer, or Options.Headroom.
 	Mode shed.Mode `yaml:"mode"`
 	// DryRun decides and records, never rejects (default off).
 	DryRun bool `yaml:"dry_run"`
@@ -230,4 +232,94 @@ type Adaptive struct {
 	MinSamples int64         `yaml:"min_samples"`
 	Tolerance  float64       `yaml:"tolerance"`
 	Smoothing  float64       `yaml:"smoothing"`
+}
+
+// Worker is a worker-utilization layer (worker.Config): it sheds by
+// priority when this process's CPU, scheduler latency, queue delay or
+// worker budget say it is saturated, and is the headroom signal elastic
+// layers read.
+type Worker struct {
+	// Name tells this layer apart (default "worker").
+	Name        string `yaml:"name"`
+	Enforcement `yaml:",inline"`
+	// Interval is how often the signals are sampled (default 250ms).
+	Interval time.Duration `yaml:"interval"`
+	// Smoothing is a new sample's weight in the moving averages, (0, 1]
+	// (default 0.5).
+	Smoothing float64 `yaml:"smoothing"`
+	// ShedAt is the pressure at which shedding starts (default 0.8).
+	ShedAt float64 `yaml:"shed_at"`
+	// RecoverBelow is the pressure below which shedding eases (default 0.7).
+	RecoverBelow float64 `yaml:"recover_below"`
+	// Recovery is how long shedding one whole priority takes to stop
+	// (default 3s).
+	Recovery time.Duration `yaml:"recovery"`
+	// RiseGain is how fast the shed level climbs (default 4).
+	RiseGain float64 `yaml:"rise_gain"`
+	// ShedCritical lets the layer shed critical requests, last (default off).
+	ShedCritical bool `yaml:"shed_critical"`
+	// CPU configures the CPU signal.
+	CPU WorkerCPU `yaml:"cpu"`
+	// SchedLatencyTarget is the scheduler latency that counts as saturation
+	// (default 10ms).
+	SchedLatencyTarget time.Duration `yaml:"sched_latency_target"`
+	// QueueDelayTarget is, with action queue, the standing queue delay that
+	// counts as saturation (default 5ms).
+	QueueDelayTarget time.Duration `yaml:"queue_delay_target"`
+	// Workers is the worker budget: the most requests in flight in this
+	// layer (default none).
+	Workers int64 `yaml:"workers"`
+	// Yield, with a worker budget, yields the processor once after
+	// admitting (default off).
+	Yield bool `yaml:"yield"`
+	// RetryAfter is a rejection's Retry-After hint (default 1s).
+	RetryAfter time.Duration `yaml:"retry_after"`
+}
+
+// WorkerCPU is worker.CPUConfig.
+type WorkerCPU struct {
+	// Disable turns the CPU signal off (default on).
+	Disable bool `yaml:"disable"`
+	// Budget is the CPUs this process may use (default: detected from the
+	// cgroup, else the machine's).
+	Budget float64 `yaml:"budget"`
+	// Full is the share of the budget that counts as saturation (default 1).
+	Full float64 `yaml:"full"`
+}
+
+// Fleet is a fleet-usage layer (fleet.Config): the fleet's requests in
+// flight by priority, shared through Redis by a background tick, each
+// priority held to its ceiling. It needs the redis section.
+type Fleet struct {
+	// Name tells this layer apart (default "fleet").
+	Name        string `yaml:"name"`
+	Enforcement `yaml:",inline"`
+	// Prefix starts the layer's Redis keys; instances sharing capacity
+	// share it (default "loadshed:fleet:").
+	Prefix string `yaml:"prefix"`
+	// Instance names this instance (default: host name and process id).
+	Instance string `yaml:"instance"`
+	// Capacity is the units the whole fleet may have in flight. Set it or
+	// PerInstance.
+	Capacity int64 `yaml:"capacity"`
+	// PerInstance is the units one instance may have in flight; capacity
+	// is this times the live instances.
+	PerInstance int64 `yaml:"per_instance"`
+	// Ceilings are the shares of capacity (0 to 1) each priority and those
+	// below it may use together (default critical 1, default 0.8,
+	// sheddable 0.6, test-mode 0.1).
+	Ceilings map[shed.Priority]float64 `yaml:"ceilings"`
+	// Interval is how often counts are published and read back (default
+	// 100ms, at least 10ms).
+	Interval time.Duration `yaml:"interval"`
+	// TTL is how long a crashed instance's counts linger (default 2 ×
+	// Interval).
+	TTL time.Duration `yaml:"ttl"`
+	// Timeout bounds one tick's round trip (default Interval/2, at most 50ms).
+	Timeout time.Duration `yaml:"timeout"`
+	// ExpectedInstances is the fleet size assumed until Redis first answers
+	// (default the redis section's expected_instances).
+	ExpectedInstances int `yaml:"expected_instances"`
+	// RetryAfter is a rejection's Retry-After hint (default Interval).
+	RetryAfter time.Duration `yaml:"retry_after"`
 }

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
+	"github.com/loadshed/loadshed/worker"
 )
 
 // maxDepth is how deep descriptors nest: one rule's entries.
@@ -32,8 +34,9 @@ func Validate(f *File, opts Options) error {
 }
 
 type checker struct {
-	opts Options
-	errs Errors
+	opts     Options
+	errs     Errors
+	headroom bool // a headroom signal exists: a worker layer or Options.Headroom
 }
 
 func (c *checker) errorf(path string, allowed []string, format string, args ...any) {
@@ -42,6 +45,12 @@ func (c *checker) errorf(path string, allowed []string, format string, args ...a
 
 func validate(f *File, opts Options) Errors {
 	c := &checker{opts: opts}
+	for _, l := range f.Layers {
+		if l.Worker != nil {
+			c.headroom = true
+		}
+	}
+	c.headroom = c.headroom || opts.Headroom != nil
 	c.durations(reflect.ValueOf(f).Elem(), "")
 	c.redis(f)
 	c.http(&f.HTTP)
@@ -59,7 +68,7 @@ func validate(f *File, opts Options) Errors {
 		}
 		names[n] = path
 	}
-	layers := 0
+	layers, workers := 0, 0
 	for i := range f.Layers {
 		l := &f.Layers[i]
 		p := "layers[" + strconv.Itoa(i) + "]"
@@ -84,6 +93,23 @@ func validate(f *File, opts Options) Errors {
 			c.concurrency(l.Concurrency, cp)
 			name(cp+".name", l.Concurrency.Name, "concurrency")
 		}
+		if l.Fleet != nil {
+			set++
+			layers++
+			fp := p + ".fleet"
+			c.fleet(f, l.Fleet, fp)
+			name(fp+".name", l.Fleet.Name, "fleet")
+		}
+		if l.Worker != nil {
+			set++
+			layers++
+			wp := p + ".worker"
+			if workers++; workers > 1 {
+				c.errorf(wp, nil, "a second worker layer: a process has one CPU budget, and elastic layers read one headroom")
+			}
+			c.worker(l.Worker, wp)
+			name(wp+".name", l.Worker.Name, "worker")
+		}
 		switch set {
 		case 0:
 			c.errorf(p, layerKinds, "a layer needs one section")
@@ -98,7 +124,7 @@ func validate(f *File, opts Options) Errors {
 	return c.errs
 }
 
-var layerKinds = []string{"ratelimit", "concurrency"}
+var layerKinds = []string{"ratelimit", "concurrency", "fleet", "worker"}
 
 func (c *checker) redis(f *File) {
 	needs := ""
@@ -108,12 +134,14 @@ func (c *checker) redis(f *File) {
 			needs = "layers[" + strconv.Itoa(i) + "].ratelimit.store"
 		case l.Concurrency != nil && l.Concurrency.Store == RedisStore:
 			needs = "layers[" + strconv.Itoa(i) + "].concurrency.store"
+		case l.Fleet != nil:
+			needs = "layers[" + strconv.Itoa(i) + "].fleet"
 		}
 	}
 	r := f.Redis
 	if r == nil {
 		if needs != "" && c.opts.Redis == nil && !c.opts.MemoryOnly {
-			c.errorf(needs, nil, "store is redis but the file has no redis section")
+			c.errorf(needs, nil, "this layer shares its counts through Redis, and the file has no redis section")
 		}
 		return
 	}
@@ -182,8 +210,8 @@ func (c *checker) http(h *HTTP) {
 }
 
 func (c *checker) enforcement(e *Enforcement, path string) {
-	if e.Mode == shed.Elastic && c.opts.Headroom == nil {
-		c.errorf(path+".mode", nil, "elastic mode needs a headroom signal, and none was given (Options.Headroom)")
+	if e.Mode == shed.Elastic && !c.headroom {
+		c.errorf(path+".mode", nil, "elastic mode needs a headroom signal: add a worker layer (or give Options.Headroom)")
 	}
 	if e.Overage < 0 || math.IsNaN(e.Overage) || math.IsInf(e.Overage, 0) {
 		c.errorf(path+".overage", nil, "must be a non-negative fraction (0.1 is 10%%), got %v", e.Overage)
@@ -388,5 +416,102 @@ func (c *checker) durations(v reflect.Value, path string) {
 			}
 			c.durations(f, join(path, name))
 		}
+	}
+}
+
+func (c *checker) fraction(path string, v float64, open bool) {
+	if !(v >= 0 && v <= 1) || open && v == 0 {
+		c.errorf(path, nil, "must be within [0, 1], got %v", v)
+	}
+}
+
+func (c *checker) worker(w *Worker, path string) {
+	c.enforcement(&w.Enforcement, path)
+	if w.Mode == shed.Elastic {
+		c.errorf(path+".mode", []string{"hard", "soft"}, "the worker layer is the headroom signal: it cannot be elastic")
+	}
+	n := len(c.errs)
+	c.fraction(path+".smoothing", w.Smoothing, false)
+	c.fraction(path+".shed_at", w.ShedAt, false)
+	c.fraction(path+".recover_below", w.RecoverBelow, false)
+	shedAt, recoverBelow := w.ShedAt, w.RecoverBelow
+	if shedAt == 0 {
+		shedAt = worker.DefaultShedAt
+	}
+	if recoverBelow == 0 {
+		recoverBelow = worker.DefaultRecoverBelow
+	}
+	if recoverBelow > shedAt {
+		c.errorf(path+".recover_below", nil, "must not be above shed_at (%v), got %v", shedAt, recoverBelow)
+	}
+	if !(w.RiseGain >= 0) || math.IsInf(w.RiseGain, 0) {
+		c.errorf(path+".rise_gain", nil, "must be a positive number, got %v", w.RiseGain)
+	}
+	if !(w.CPU.Budget >= 0) || math.IsInf(w.CPU.Budget, 0) {
+		c.errorf(path+".cpu.budget", nil, "must be a positive number of CPUs, got %v", w.CPU.Budget)
+	}
+	if !(w.CPU.Full >= 0) || math.IsInf(w.CPU.Full, 0) {
+		c.errorf(path+".cpu.full", nil, "must be a positive share of the budget, got %v", w.CPU.Full)
+	}
+	c.nonNegative(path+".workers", w.Workers)
+	if w.Yield && w.Workers == 0 {
+		c.errorf(path+".yield", nil, "yield needs a worker budget: set workers")
+	}
+	if len(c.errs) > n {
+		return
+	}
+	// Whatever the worker package checks beyond these.
+	cfg := workerConfig(w, shed.Enforcement{Mode: w.Mode, DryRun: w.DryRun, Overage: w.Overage, OverageFor: w.OverageFor})
+	if err := cfg.Validate(); err != nil {
+		c.errorf(path, nil, "%v", err)
+	}
+}
+
+func (c *checker) fleet(f *File, fl *Fleet, path string) {
+	c.enforcement(&fl.Enforcement, path)
+	n := len(c.errs)
+	c.prefix(path+".prefix", fl.Prefix, RedisStore)
+	switch {
+	case fl.Capacity < 0:
+		c.errorf(path+".capacity", nil, "must not be negative, got %d", fl.Capacity)
+	case fl.PerInstance < 0:
+		c.errorf(path+".per_instance", nil, "must not be negative, got %d", fl.PerInstance)
+	case fl.Capacity == 0 && fl.PerInstance == 0:
+		c.errorf(path, nil, "set capacity (units in flight fleet-wide) or per_instance (units per instance)")
+	case fl.Capacity > 0 && fl.PerInstance > 0:
+		c.errorf(path+".per_instance", nil, "capacity is set too: set one of them")
+	}
+	for _, p := range shed.Priorities() {
+		if v, ok := fl.Ceilings[p]; ok {
+			c.fraction(path+".ceilings."+p.String(), v, false)
+		}
+	}
+	defaults := [shed.NumPriorities]float64{fleet.DefaultCeilingTestMode, fleet.DefaultCeilingSheddable, fleet.DefaultCeilingDefault, fleet.DefaultCeilingCritical}
+	prios := shed.Priorities()
+	eff := func(i int) float64 {
+		if v, ok := fl.Ceilings[prios[i]]; ok {
+			return v
+		}
+		return defaults[i]
+	}
+	for i := 1; i < len(prios); i++ {
+		if lo, hi := eff(i-1), eff(i); hi < lo {
+			c.errorf(path+".ceilings", nil, "%s's ceiling (%v) is below %s's (%v): a priority may use at least what those below it may", prios[i], hi, prios[i-1], lo)
+		}
+	}
+	if fl.Interval != 0 && fl.Interval < fleet.MinInterval {
+		c.errorf(path+".interval", nil, "must be at least %v, got %v", fleet.MinInterval, fl.Interval)
+	}
+	c.nonNegative(path+".expected_instances", int64(fl.ExpectedInstances))
+	if len(c.errs) > n {
+		return
+	}
+	// Whatever the fleet package checks beyond these (ceilings in order,
+	// ttl against interval, the instance's name), on a client that is
+	// never used.
+	cfg := fleetConfig(fl, f.Redis, shed.Enforcement{Mode: fl.Mode, DryRun: fl.DryRun, Overage: fl.Overage, OverageFor: fl.OverageFor, Headroom: shed.HeadroomFunc(func() float64 { return 1 })})
+	cfg.Client = checkClient
+	if err := cfg.Validate(); err != nil {
+		c.errorf(path, nil, "%v", err)
 	}
 }

@@ -14,7 +14,7 @@ func runCmd(args ...string) (int, string, string) {
 
 func TestCheck(t *testing.T) {
 	code, out, _ := runCmd("check", "../../examples/loadshed.yaml")
-	if code != 0 || !strings.Contains(out, "ok (layers: ratelimit-shadow, ratelimit, concurrency)") {
+	if code != 0 || !strings.Contains(out, "ok (layers: ratelimit-shadow, ratelimit, concurrency, fleet, worker)") {
 		t.Errorf("check of the example: exit %d, %q", code, out)
 	}
 	code, _, errOut := runCmd("check", "../../config/testdata/broken/units.yaml", "../../config/testdata/broken/types.yaml")
@@ -52,6 +52,8 @@ func TestPrint(t *testing.T) {
 		"(any other route)     default",
 		"64 for 250ms, adaptive LIFO",
 		"decision-timeout    50ms",
+		"critical 1, default 0.8, sheddable 0.6, test-mode 0.1",
+		"0.8 / 0.7",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print lacks %q:\n%s", want, out)
@@ -78,7 +80,7 @@ func TestTry(t *testing.T) {
 	}
 	// A priority the file limits: test-mode traffic, 50 a second.
 	code, out, _ = runCmd("try", "../../examples/loadshed.yaml", "--key", "bob", "--route", "GET /v1/things/{id}", "--priority", "test-mode", "--n", "3")
-	if code != 0 || !strings.Contains(out, "GET /v1/things/1 (route /v1/things/{id})") || !strings.Contains(out, "priority test-mode, route GET /v1/things/{id}: ratelimit-shadow admitted, ratelimit admitted, concurrency admitted") {
+	if code != 0 || !strings.Contains(out, "GET /v1/things/1 (route /v1/things/{id})") || !strings.Contains(out, "priority test-mode, route GET /v1/things/{id}: ratelimit-shadow admitted, ratelimit admitted, concurrency admitted, worker admitted") {
 		t.Errorf("try with --priority: exit %d\n%s", code, out)
 	}
 	for _, args := range [][]string{

@@ -12,9 +12,11 @@ import (
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
+	"github.com/loadshed/loadshed/worker"
 )
 
 func printCmd(args []string, stdout, stderr io.Writer) int {
@@ -49,7 +51,7 @@ func table(w io.Writer, title string, header string, rows [][]string) {
 }
 
 func printFile(w io.Writer, f *config.File) {
-	var layers, rules, conc [][]string
+	var layers, rules, conc, fleets, workers [][]string
 	n := 0
 	row := func(name, kind string, e *config.Enforcement, dry bool, store config.Store) {
 		n++
@@ -91,6 +93,40 @@ func printFile(w io.Writer, f *config.File) {
 				retry = concurrency.DefaultRetryAfter
 			}
 			conc = append(conc, []string{name, orNone(c.Limit), orNone(c.PerKey), c.KeyBy.String(), retry.String(), adaptive(c.Adaptive)})
+		case l.Fleet != nil:
+			fl := l.Fleet
+			name := fl.Name
+			if name == "" {
+				name = fleet.DefaultName
+			}
+			row(name, "fleet", &fl.Enforcement, fl.DryRun, config.RedisStore)
+			capacity := strconv.FormatInt(fl.Capacity, 10)
+			if fl.PerInstance > 0 {
+				capacity = strconv.FormatInt(fl.PerInstance, 10) + " per instance"
+			}
+			interval := fl.Interval
+			if interval == 0 {
+				interval = fleet.DefaultInterval
+			}
+			fleets = append(fleets, []string{name, capacity, ceilings(fl.Ceilings), interval.String(), orDefault(fl.Prefix, fleet.DefaultPrefix), orDefault(fl.Instance, "host-pid")})
+		case l.Worker != nil:
+			w := l.Worker
+			name := w.Name
+			if name == "" {
+				name = worker.DefaultName
+			}
+			row(name, "worker", &w.Enforcement, w.DryRun, config.Memory)
+			budget := "detected"
+			if w.CPU.Budget > 0 {
+				budget = strconv.FormatFloat(w.CPU.Budget, 'f', -1, 64) + " CPUs"
+			}
+			if w.CPU.Disable {
+				budget = "off"
+			}
+			workers = append(workers, []string{name,
+				ratio(w.ShedAt, worker.DefaultShedAt) + " / " + ratio(w.RecoverBelow, worker.DefaultRecoverBelow),
+				budget, durOr(w.SchedLatencyTarget, worker.DefaultSchedLatencyTarget), orNone(w.Workers),
+				durOr(w.Interval, worker.DefaultInterval), durOr(w.Recovery, worker.DefaultRecovery), yesNo(w.ShedCritical)})
 		}
 	}
 	table(w, "LAYERS (in the order a request meets them)", "# NAME KIND MODE DRY-RUN ACTION QUEUE STORE", layers)
@@ -99,6 +135,12 @@ func printFile(w io.Writer, f *config.File) {
 	}
 	if len(conc) > 0 {
 		table(w, "CONCURRENCY LIMITS", "LAYER LIMIT PER-KEY KEY-BY RETRY-AFTER ADAPTIVE", conc)
+	}
+	if len(fleets) > 0 {
+		table(w, "FLEET USAGE", "LAYER CAPACITY CEILINGS INTERVAL PREFIX INSTANCE", fleets)
+	}
+	if len(workers) > 0 {
+		table(w, "WORKER UTILIZATION", "LAYER SHED-AT/RECOVER-BELOW CPU-BUDGET SCHED-LATENCY WORKERS INTERVAL RECOVERY SHEDS-CRITICAL", workers)
 	}
 	printHTTP(w, &f.HTTP)
 	if f.Redis != nil {
@@ -280,4 +322,33 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+func ceilings(m map[shed.Priority]float64) string {
+	defaults := map[shed.Priority]float64{shed.Critical: fleet.DefaultCeilingCritical, shed.Default: fleet.DefaultCeilingDefault,
+		shed.Sheddable: fleet.DefaultCeilingSheddable, shed.TestMode: fleet.DefaultCeilingTestMode}
+	var parts []string
+	ps := shed.Priorities()
+	for i := len(ps) - 1; i >= 0; i-- {
+		v, ok := m[ps[i]]
+		if !ok {
+			v = defaults[ps[i]]
+		}
+		parts = append(parts, ps[i].String()+" "+strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ratio(v, def float64) string {
+	if v == 0 {
+		v = def
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
