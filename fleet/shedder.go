@@ -78,17 +78,19 @@ func (c *counts) load() (out [shed.NumPriorities]int64) {
 // view is what one tick (or a failure of one) decided the request path
 // judges against. It is immutable once published.
 type view struct {
-	// others[r] is the units in flight at priorities ≤ r on the other
-	// instances, as of the tick: the fleet's totals less what this
-	// instance published.
-	others [shed.NumPriorities]int64
-	limit  [shed.NumPriorities]int64 // ceiling r, in units
-	over   [shed.NumPriorities]int64 // the soft/elastic allowance above limit
-	fleet  [shed.NumPriorities]int64 // the fleet's totals at the tick, by priority
-	cap    int64
-	live   int
-	// fallback: Redis did not answer; others are ignored and the limits
-	// are this instance's share.
+	// allow[r] is the most units this instance may hold at priorities ≤ r
+	// until the next tick: its count at the tick plus its share of the
+	// room left under ceiling r fleet-wide (see allowance).
+	allow [shed.NumPriorities]int64
+	// allowOver is allow computed against the soft/elastic ceilings.
+	allowOver [shed.NumPriorities]int64
+	ceiling   [shed.NumPriorities]int64 // ceiling r fleet-wide, in units
+	others    [shed.NumPriorities]int64 // the other instances' units by priority, at the tick
+	fleet     [shed.NumPriorities]int64 // the fleet's totals at the tick, by priority
+	cap       int64
+	live      int
+	// fallback: Redis did not answer; the others are unknown and the
+	// allowances are this instance's share of each ceiling.
 	fallback bool
 }
 
@@ -160,7 +162,7 @@ func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	i := req.Priority.Index()
 	v := s.view.Load()
 	s.local.n[i].Add(cost)
-	if s.check(v, i, &v.limit) {
+	if s.check(i, &v.allow) {
 		if s.enf.Mode == shed.Soft {
 			s.ep[i].End()
 		}
@@ -171,16 +173,15 @@ func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 }
 
 // check reports whether this instance's counts, with the units just added
-// at priority i, keep every ceiling from i upwards within lim, given the
-// other instances' usage in v.
-func (s *Shedder) check(v *view, i int, lim *[shed.NumPriorities]int64) bool {
+// at priority i, stay within every allowance from i upwards.
+func (s *Shedder) check(i int, allow *[shed.NumPriorities]int64) bool {
 	var sum int64
 	for q := 0; q < i; q++ {
 		sum += s.local.n[q].Load()
 	}
 	for r := i; r < shed.NumPriorities; r++ {
 		sum += s.local.n[r].Load()
-		if v.others[r]+sum > lim[r] {
+		if sum > allow[r] {
 			return false
 		}
 	}
@@ -203,7 +204,7 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 	within := false
 	if s.enf.Mode != shed.Hard {
 		now = s.clock.Now()
-		within = s.check(v, i, &v.over)
+		within = s.check(i, &v.allowOver)
 	}
 	switch verdict := s.enf.Decide(now, false, within, &s.ep[i]); verdict {
 	case shed.AdmitOver, shed.AdmitDryRun:
@@ -230,7 +231,7 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 	take := func() bool {
 		v := s.view.Load()
 		s.local.n[i].Add(cost)
-		if s.check(v, i, &v.limit) {
+		if s.check(i, &v.allow) {
 			got = v
 			return true
 		}
@@ -325,18 +326,53 @@ func (s *Shedder) apply(published [shed.NumPriorities]int64, rd reading) {
 	}
 	live := max(rd.live, 1)
 	v := &view{live: live, fleet: rd.totals}
-	var sum int64
-	for r := range v.others {
-		sum += max(0, rd.totals[r]-published[r])
-		v.others[r] = sum
-	}
 	v.cap = s.capacity
 	if s.perInst > 0 {
 		v.cap = mulCap(s.perInst, int64(live))
 	}
-	s.setLimits(v)
+	s.setCeilings(v)
+	var fleet, mine int64
+	for r := range v.allow {
+		v.others[r] = max(0, rd.totals[r]-published[r])
+		fleet += rd.totals[r]
+		mine += published[r]
+		v.allow[r] = allowance(mine, fleet, v.ceiling[r], int64(live))
+		v.allowOver[r] = allowance(mine, fleet, s.enf.Ceiling(v.ceiling[r]), int64(live))
+	}
 	s.lastLive.Store(int64(live))
 	s.view.Store(v)
+}
+
+// allowance is how many units an instance that published mine, in a fleet
+// whose entries sum to fleet, may hold under a ceiling of c shared by n
+// live instances: mine plus an n-th of the room left (negative when the
+// fleet is over: every instance then gives back its n-th of the excess).
+// If every instance computed it from the same entries, the allowances
+// would sum to exactly c, so the fleet overshoots only by what changed
+// between the instances' ticks (see the package documentation).
+//
+// While the fleet is full (less room than one unit per instance), an
+// instance above its fair share (c ÷ n,
+// rounded up) also gives back half of its excess, so that capacity does
+// not stay with whoever took it first: an instance that joins a saturated
+// fleet gets its share within a few ticks.
+func allowance(mine, fleet, c, n int64) int64 {
+	a := mine + floorDiv(c-fleet, n)
+	if c-fleet < n { // full: less room than one unit per instance
+		if fair := (c + n - 1) / n; mine > fair {
+			a = min(a, mine-(mine-fair+1)/2)
+		}
+	}
+	return a
+}
+
+// floorDiv is a ÷ b rounded towards minus infinity (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // fail records a tick Redis did not answer: the layer decides from this
@@ -360,15 +396,18 @@ func (s *Shedder) fallbackView() *view {
 	if s.perInst == 0 {
 		v.cap = s.capacity / live
 	}
-	s.setLimits(v)
+	s.setCeilings(v)
+	for r, c := range v.ceiling {
+		v.allow[r] = c
+		v.allowOver[r] = s.enf.Ceiling(c)
+	}
 	return v
 }
 
-func (s *Shedder) setLimits(v *view) {
+func (s *Shedder) setCeilings(v *view) {
 	for r, c := range s.ceil {
 		// The epsilon keeps 0.7 × 100 at 70, not 69.99…
-		v.limit[r] = int64(math.Floor(float64(v.cap)*c + 1e-9))
-		v.over[r] = s.enf.Ceiling(v.limit[r])
+		v.ceiling[r] = int64(math.Floor(float64(v.cap)*c + 1e-9))
 	}
 }
 

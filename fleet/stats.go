@@ -40,7 +40,7 @@ func (s *Shedder) Stats() Stats {
 	st := Stats{
 		InFlight:   s.local.load(),
 		Fleet:      v.fleet,
-		Ceilings:   v.limit,
+		Ceilings:   v.ceiling,
 		Capacity:   v.cap,
 		Instances:  int(s.lastLive.Load()),
 		Fallback:   v.fallback,
@@ -63,13 +63,11 @@ func (s *Shedder) Stats() Stats {
 func (s *Shedder) ReportGauges(emit func(shed.Gauge)) {
 	v := s.view.Load()
 	local := s.local.load()
-	var prev, inFlight int64
+	var inFlight int64
 	for i, p := range shed.Priorities() {
-		others := v.others[i] - prev
-		prev = v.others[i]
 		inFlight += local[i]
-		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeUsage, Priority: p, Value: float64(others + local[i])})
-		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeCeiling, Priority: p, Value: float64(v.limit[i])})
+		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeUsage, Priority: p, Value: float64(v.others[i] + local[i])})
+		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeCeiling, Priority: p, Value: float64(v.ceiling[i])})
 	}
 	fb := 0.0
 	if v.fallback {
