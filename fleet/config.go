@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/loadshed/loadshed/internal/redisgate"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -20,16 +20,16 @@ import (
 const (
 	// DefaultName is the layer's name unless Config.Name says otherwise.
 	DefaultName = "fleet"
-	// DefaultPrefix is the hash tag of the layer's Redis keys.
-	DefaultPrefix = "loadshed:fleet"
+	// DefaultPrefix starts the layer's Redis keys.
+	DefaultPrefix = "loadshed:fleet:"
 	// DefaultInterval is how often an instance publishes its counts and
 	// reads the fleet's back.
 	DefaultInterval = 100 * time.Millisecond
 	// MinInterval is the shortest Interval accepted.
 	MinInterval = 10 * time.Millisecond
 	// DefaultTimeoutCap is the longest default Timeout: half the interval,
-	// but no more than this.
-	DefaultTimeoutCap = 50 * time.Millisecond
+	// but no more than the other Redis-backed layers' default timeout.
+	DefaultTimeoutCap = redisx.DefaultTimeout
 )
 
 // Default ceilings, as shares of capacity: requests of a priority and of
@@ -54,9 +54,9 @@ type Config struct {
 	// node, Sentinel or Cluster) whose ContextTimeoutEnabled option is set.
 	// Required.
 	Client redis.UniversalClient
-	// Prefix is the hash tag of the layer's three Redis keys
-	// ("{loadshed:fleet}:entries", ":expiry", ":totals"; default
-	// "loadshed:fleet"). Instances that share capacity share a Prefix;
+	// Prefix starts the layer's three Redis keys, which share one hash
+	// tag: "{<Prefix>usage}:entries", ":expiry" and ":totals" (default
+	// "loadshed:fleet:"). Instances that share capacity share a Prefix;
 	// separate fleets (or layers with different capacities) need different
 	// ones. It must not contain braces.
 	Prefix string
@@ -96,8 +96,9 @@ type Config struct {
 	// until one succeeds.
 	Timeout time.Duration
 	// ExpectedInstances is the fleet size assumed until the first tick
-	// answers (default 1): while Redis has never answered, this instance
-	// admits Capacity ÷ ExpectedInstances, rounded down.
+	// answers (default 0: 1). While Redis has never answered, this instance
+	// admits Capacity ÷ ExpectedInstances, rounded down; after that, the
+	// share divides by the live instances the last good tick counted.
 	ExpectedInstances int
 
 	// Enforcement is the mode (hard, soft, elastic), dry run and the action
@@ -154,9 +155,6 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = min(c.Interval/2, DefaultTimeoutCap)
 	}
-	if c.ExpectedInstances == 0 {
-		c.ExpectedInstances = 1
-	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = c.Interval
 	}
@@ -179,7 +177,7 @@ func (c Config) ceilings() [shed.NumPriorities]float64 {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("fleet: "+format, args...)) }
-	if err := redisgate.CheckClient(c.Client); err != nil {
+	if err := redisx.CheckClient(c.Client); err != nil {
 		errs = append(errs, fmt.Errorf("fleet: Config.Client: %w", err))
 	}
 	if strings.ContainsAny(c.Prefix, "{}") {

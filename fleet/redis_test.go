@@ -71,7 +71,7 @@ func TestRedisScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Strings(keys)
-	want := []string{"{" + prefix + "}:entries", "{" + prefix + "}:expiry", "{" + prefix + "}:totals"}
+	want := []string{"{" + prefix + "usage}:entries", "{" + prefix + "usage}:expiry", "{" + prefix + "usage}:totals"}
 	if len(keys) != 3 || keys[0] != want[0] || keys[1] != want[1] || keys[2] != want[2] {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}

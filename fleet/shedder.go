@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -394,7 +395,7 @@ func (s *Shedder) fallbackView() *view {
 	live := max(s.lastLive.Load(), 1)
 	v := &view{live: int(live), fallback: true, cap: s.perInst}
 	if s.perInst == 0 {
-		v.cap = s.capacity / live
+		v.cap = redisx.Share(s.capacity, int(live))
 	}
 	s.setCeilings(v)
 	for r, c := range v.ceiling {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -33,10 +34,12 @@ type reading struct {
 //go:embed lua/sync.lua
 var syncLua string
 
-var syncScript = redis.NewScript(syncLua)
+var syncScript = redisx.NewScript(syncLua)
 
 // redisStore keeps the fleet's entries in three keys sharing one hash tag,
-// so that the one script per tick runs on Redis Cluster too.
+// so that the one script per tick runs on Redis Cluster too. The script is
+// safe to run twice (go-redis retries a command whose connection broke):
+// a second run replaces the entry with the same counts.
 type redisStore struct {
 	client redis.UniversalClient
 	keys   []string
@@ -45,7 +48,7 @@ type redisStore struct {
 }
 
 func newRedisStore(c redis.UniversalClient, prefix, id, nonce string) *redisStore {
-	tag := "{" + prefix + "}"
+	tag := redisx.NewKeys(prefix).Fixed("usage")
 	return &redisStore{client: c, id: id, nonce: nonce,
 		keys: []string{tag + ":entries", tag + ":expiry", tag + ":totals"}}
 }
