@@ -408,7 +408,12 @@ func (s *Shedder) fallbackView() *view {
 func (s *Shedder) setCeilings(v *view) {
 	for r, c := range s.ceil {
 		// The epsilon keeps 0.7 × 100 at 70, not 69.99…
-		v.ceiling[r] = int64(math.Floor(float64(v.cap)*c + 1e-9))
+		x := math.Floor(float64(v.cap)*c + 1e-9)
+		if x >= math.MaxInt64 { // a float64 this large does not convert
+			v.ceiling[r] = math.MaxInt64
+			continue
+		}
+		v.ceiling[r] = int64(x)
 	}
 }
 
@@ -422,7 +427,8 @@ func mulCap(a, b int64) int64 {
 // Close stops the background tick and removes this instance's entry from
 // Redis, so that the fleet's totals drop its counts at once rather than
 // when the entry expires. Requests still in flight may be released after
-// Close; the layer keeps deciding, in fallback, if used after it.
+// Close; a layer used after it decides from its fallback share, since the
+// others no longer count it.
 func (s *Shedder) Close() error {
 	if !s.halt() {
 		return nil
@@ -449,5 +455,6 @@ func (s *Shedder) halt() bool {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.view.Store(s.fallbackView())
 	return true
 }
