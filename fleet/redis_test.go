@@ -403,3 +403,44 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		}
 	}
 }
+
+// A Redis that is slow rather than gone (CLIENT PAUSE holds every client's
+// commands) puts the layer in fallback once a tick runs past its timeout,
+// requests keep being decided at once meanwhile, and the first tick after
+// the pause puts the layer back on fleet totals.
+func TestRedisSlow(t *testing.T) {
+	srv := startRedisProc(t)
+	const interval = 50 * time.Millisecond
+	s := newRedisShedder(t, &redis.Options{Addr: srv.addr}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
+	if st := s.Stats(); st.Fallback || st.Ticks == 0 {
+		t.Fatalf("stats before the pause %+v", st)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer admin.Close()
+	const pause = 600 * time.Millisecond
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	if waitFor(time.Second, func() bool { return s.Stats().Fallback }) < 0 {
+		t.Fatalf("no fallback while Redis was paused: %+v", s.Stats())
+	}
+	// Decided at once, from this instance's share (40 ÷ 1).
+	ls := admit(t, s, shed.Sheddable, 24)
+	r := refused(t, s, shed.Sheddable)
+	if time.Since(paused) > pause-100*time.Millisecond {
+		t.Skipf("the machine is too slow to check the pause from inside it (%v)", time.Since(paused))
+	}
+	if !ls[0].Fallback || !r.Fallback {
+		t.Fatal("decisions during the pause not marked fallback")
+	}
+	releaseAll(ls)
+	d := waitFor(3*time.Second, func() bool { return !s.Stats().Fallback })
+	if d < 0 {
+		t.Fatalf("still in fallback after the pause: %+v", s.Stats())
+	}
+	t.Logf("back on fleet totals %v after the pause began (pause %v, interval %v)", time.Since(paused), pause, interval)
+	if st := s.Stats(); !errors.Is(st.LastError, context.DeadlineExceeded) {
+		t.Fatalf("last error %v, want a deadline", st.LastError)
+	}
+}
