@@ -130,8 +130,8 @@ type sample struct {
 
 // fleetLoad runs mixed-priority closed-loop load on every instance: each
 // worker acquires, holds for 2–8ms and releases; a rejected worker waits
-// 1ms. It samples the fleet's true usage (the sum of the instances' own
-// counts) every millisecond.
+// 1ms. It samples the fleet's true usage (the leases the workers hold)
+// every millisecond.
 type fleetLoad struct {
 	ss      []*Shedder
 	workers [shed.NumPriorities]int // per instance
@@ -142,7 +142,11 @@ type fleetLoad struct {
 	admitted [shed.NumPriorities]atomic.Int64
 	rejected [shed.NumPriorities]atomic.Int64
 	other    atomic.Int64 // errors that are not rejections: must stay 0
-	slowest  atomic.Int64 // the slowest Acquire, ns (logged: timings are noisy here)
+	// held counts the leases the workers hold, fleet-wide, by priority: the
+	// true usage. (The layers' own counts also hold, for an instant, the
+	// units of a request being refused.)
+	held    [shed.NumPriorities]atomic.Int64
+	slowest atomic.Int64 // the slowest Acquire, ns (logged: timings are noisy here)
 }
 
 func (l *fleetLoad) run(d time.Duration) {
@@ -170,13 +174,10 @@ func (l *fleetLoad) run(d time.Duration) {
 			}
 			var sm sample
 			sm.at = time.Now()
-			for _, s := range l.ss {
-				in := s.local.load()
-				var sum int64
-				for r := range in {
-					sum += in[r]
-					sm.usage[r] += sum
-				}
+			var sum int64
+			for r := range l.held {
+				sum += l.held[r].Load()
+				sm.usage[r] = sum
 			}
 			l.mu.Lock()
 			l.samples = append(l.samples, sm)
@@ -210,11 +211,13 @@ func (l *fleetLoad) worker(s *Shedder, p shed.Priority, stop chan struct{}) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
+		l.held[p.Index()].Add(1)
 		l.admitted[p.Index()].Add(1)
 		l.mu.Lock()
 		l.events = append(l.events, event{at: start, prio: p.Index()})
 		l.mu.Unlock()
 		time.Sleep(time.Duration(2+rand.IntN(7)) * time.Millisecond)
+		l.held[p.Index()].Add(-1)
 		ls.Release(shed.Completed)
 	}
 }
