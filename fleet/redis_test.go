@@ -24,6 +24,12 @@ func newRedisShedder(t *testing.T, opts *redis.Options, cfg Config) *Shedder {
 	o.ContextTimeoutEnabled = true
 	c := redis.NewClient(&o)
 	cfg.Client = c
+	if cfg.Timeout == 0 {
+		// The whole interval, not half: on a loaded test machine a round
+		// trip can take tens of milliseconds, and these tests are not
+		// about timeouts (TestRedisSlow is).
+		cfg.Timeout = cfg.Interval
+	}
 	s, err := New(cfg)
 	if err != nil {
 		c.Close()
@@ -319,7 +325,7 @@ func TestRedisFleetUnderMixedLoad(t *testing.T) {
 func TestRedisStoppedInstanceVanishes(t *testing.T) {
 	opts := redistest.Options(t)
 	redistest.Client(t)
-	const interval = 50 * time.Millisecond
+	const interval = 100 * time.Millisecond
 	cfg := Config{Prefix: redistest.Prefix(t), Capacity: 100, Interval: interval}
 	cfg.Instance = "a"
 	a := newRedisShedder(t, opts, cfg)
@@ -336,8 +342,12 @@ func TestRedisStoppedInstanceVanishes(t *testing.T) {
 	b.halt() // as a crash: no leave
 	d := waitFor(time.Second, func() bool { st := a.Stats(); return st.Fleet[shed.Default.Index()] == 0 && st.Instances == 1 })
 	t.Logf("stopped instance left the totals after %v (interval %v)", d, interval)
-	if d < 0 || d > 3*interval+interval/2 {
-		t.Fatalf("stopped instance left after %v, want within 3 intervals (%v)", d, 3*interval)
+	// 3 intervals (TTL 2 intervals after the last publish, seen at the next
+	// tick; TestStoppedInstanceVanishesWithinThreeIntervals checks it
+	// exactly on a manual clock), plus one of slack for ticks that run
+	// late on a loaded machine.
+	if d < 0 || d > 4*interval {
+		t.Fatalf("stopped instance left after %v, want within 3 intervals (%v) and some slack", d, 3*interval)
 	}
 }
 
@@ -347,7 +357,10 @@ func TestRedisStoppedInstanceVanishes(t *testing.T) {
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := startRedisProc(t)
 	const interval = 50 * time.Millisecond
-	opts := &redis.Options{Addr: srv.addr}
+	// No retries within a tick (the next tick is the retry): each failed
+	// tick then counts one failed dial toward go-redis's dial breaker, which
+	// after PoolSize of them stops dialing for up to a second.
+	opts := &redis.Options{Addr: srv.addr, MaxRetries: -1}
 	cfg := Config{Prefix: "fleet-restart", Capacity: 40, Interval: interval}
 	l := &fleetLoad{workers: [4]int{1, 4, 4, 1}}
 	for _, id := range []string{"a", "b"} {
@@ -356,6 +369,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		l.ss = append(l.ss, newRedisShedder(t, opts, c))
 	}
 	var back [2]time.Duration
+	var lateTicks [2]int64
 	var sawFallback [2]bool
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -373,18 +387,28 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 			return
 		}
 		up := time.Now()
+		var tried [2]int64
+		for i, s := range l.ss {
+			st := s.Stats()
+			tried[i] = st.Ticks + st.Failures
+		}
 		for i, s := range l.ss {
 			if waitFor(2*time.Second, func() bool { return !s.Stats().Fallback }) < 0 {
 				back[i] = -1
 				continue
 			}
 			back[i] = time.Since(up)
+			st := s.Stats()
+			// Attempts that ended after Redis answered, before the one
+			// that succeeded: at most one, the tick already waiting on the
+			// dead server when it came back.
+			lateTicks[i] = st.Ticks + st.Failures - tried[i] - 1
 		}
 	}()
 	l.run(1500 * time.Millisecond)
 	wg.Wait()
-	t.Logf("back on fleet totals %v after Redis answered (interval %v); admitted critical %d, rejected %d",
-		back, interval, l.admitted[3].Load(), l.rejected[3].Load())
+	t.Logf("back on fleet totals %v after Redis answered (interval %v), after %v failed attempts; admitted critical %d, rejected %d",
+		back, interval, lateTicks, l.admitted[3].Load(), l.rejected[3].Load())
 	t.Logf("slowest Acquire %v", time.Duration(l.slowest.Load()))
 	if l.other.Load() != 0 {
 		t.Fatalf("%d errors other than rejections", l.other.Load())
@@ -393,16 +417,19 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		if !sawFallback[i] {
 			t.Errorf("instance %d never went to fallback", i)
 		}
-		if back[i] < 0 || back[i] > interval+interval/2 {
-			t.Errorf("instance %d back on fleet totals after %v, want within one interval (%v)", i, back[i], interval)
+		// Back at the first tick that started after Redis answered: within
+		// one interval, counted in ticks, since on a loaded machine the
+		// ticks themselves may run late.
+		if back[i] < 0 || lateTicks[i] > 1 {
+			t.Errorf("instance %d back on fleet totals after %v and %d failed attempts, want the first tick after Redis answered", i, back[i], lateTicks[i])
 		}
 	}
 	if l.rejected[3].Load() != 0 {
 		t.Errorf("%d critical requests rejected", l.rejected[3].Load())
 	}
 	for _, s := range l.ss {
-		if st := s.Stats(); st.Instances != 2 || st.Fallback {
-			t.Errorf("stats after the restart %+v", st)
+		if waitFor(time.Second, func() bool { st := s.Stats(); return st.Instances == 2 && !st.Fallback }) < 0 {
+			t.Errorf("stats after the restart %+v", s.Stats())
 		}
 	}
 }
@@ -415,8 +442,8 @@ func TestRedisSlow(t *testing.T) {
 	srv := startRedisProc(t)
 	const interval = 50 * time.Millisecond
 	s := newRedisShedder(t, &redis.Options{Addr: srv.addr}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
-	if st := s.Stats(); st.Fallback || st.Ticks == 0 {
-		t.Fatalf("stats before the pause %+v", st)
+	if waitFor(2*time.Second, func() bool { return !s.Stats().Fallback }) < 0 {
+		t.Fatalf("stats before the pause %+v", s.Stats())
 	}
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
 	defer admin.Close()
