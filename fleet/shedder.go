@@ -153,6 +153,15 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 // Name returns the layer's name (Config.Name, default "fleet").
 func (s *Shedder) Name() string { return s.name }
 
+// Queued returns how many requests wait for room now (Enforcement.Action
+// Queue); 0 without a queue.
+func (s *Shedder) Queued() int {
+	if s.queue == nil {
+		return 0
+	}
+	return s.queue.Len()
+}
+
 // Acquire admits req when the units in flight at its priority and every
 // priority below it, fleet-wide, stay within that priority's ceiling, and
 // the same for every priority above it up to critical, counting req's own
@@ -197,6 +206,7 @@ func (s *Shedder) lease(ls *shed.Lease, v *view, i int, cost int64) {
 	ls.ID = g.gen.Load()
 	ls.Cost = cost
 	ls.Fallback = v.fallback
+	ls.Quota = s.quota(i, v)
 }
 
 // overLimit decides a request whose units, already added, broke a ceiling.
@@ -247,7 +257,7 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 			v := s.view.Load()
 			r.RetryAfter = s.retryAfter
 			r.Fallback = v.fallback
-			r.Policies = []shed.Quota{s.quota(req, v)}
+			r.Policies = []shed.Quota{s.quota(req.Priority.Index(), v)}
 		}
 		return shed.Lease{}, err
 	}
@@ -267,13 +277,16 @@ const shedStatus = 503
 // fallback, this instance's share of it): what metrics label the rejection
 // by, and what the HTTP side may or may not disclose.
 func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
-	r := shed.Shed(s.name, req, "fleet at its ceiling for this priority", s.retryAfter, s.quota(req, v))
+	r := shed.Shed(s.name, req, "fleet at its ceiling for this priority", s.retryAfter, s.quota(req.Priority.Index(), v))
 	r.Fallback = v.fallback
 	return r
 }
 
-func (s *Shedder) quota(req shed.Request, v *view) shed.Quota {
-	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[req.Priority.Index()]}
+// quota describes the ceiling of priority index i: its policy name, and
+// its limit in units (this instance's share of it in fallback). Remaining
+// is left at zero: what is left fleet-wide is only known at the next tick.
+func (s *Shedder) quota(i int, v *view) shed.Quota {
+	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i]}
 }
 
 // Release gives back the units lease holds. Only the first release of a
