@@ -51,8 +51,8 @@ func TestConformanceRedis(t *testing.T) {
 	redistest.Client(t) // skips, or fails under scripts/test.sh, without a server
 	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
 		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
-			return mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: KeyByClient, Clock: clock},
-				Client: newClient(t), Prefix: redistest.Prefix(t), Timeout: 5 * time.Second})
+			return mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10, PerKey: 2, KeyBy: KeyByClient, Clock: clock},
+				Prefix: redistest.Prefix(t), Timeout: 5 * time.Second})
 		},
 		Capacity:   2,
 		Status:     shed.StatusTooManyRequests,

@@ -33,8 +33,8 @@ func (b *builder) concurrency(c *Concurrency) ([]shed.Layer, error) {
 		}
 		key := fmt.Sprintf("concurrency-redis %+v|%+v|%s", *c, cfg.Adaptive, clientKey)
 		v, err := b.part(key, func() (any, func() error, error) {
-			l, err := concurrency.NewRedis(concurrency.RedisConfig{
-				Config: cfg, Client: client, Prefix: c.Prefix, TTL: c.TTL, Timeout: rc.Timeout,
+			l, err := concurrency.NewRedis(client, concurrency.RedisConfig{
+				Config: cfg, Prefix: c.Prefix, TTL: c.TTL, Timeout: rc.Timeout,
 				ExpectedInstances: rc.ExpectedInstances, ProbeInterval: rc.ProbeInterval, AsyncRelease: c.AsyncRelease,
 			})
 			if err != nil {

@@ -31,7 +31,9 @@
 //     MaxSlidingLogQuantity). Exact over any Period.
 //   - SlidingWindow: the current window's count plus the previous one's
 //     weighted by its overlap with the last Period, rounded up. Cheap and
-//     close to the log.
+//     close to the log on ordinary traffic, but its worst case is twice
+//     Quantity in one rolling Period (the previous window's units all at
+//     its end); docs/redis.md gives the measured error.
 //
 // The buckets' emission interval Period/Quantity is rounded up to a whole
 // nanosecond, so rounding never admits more than the limit. A cost above
@@ -61,13 +63,16 @@
 //
 // Keys are held as seeded 64-bit hashes, so a key's length costs nothing.
 // Heap per key, measured with 100k keys (Go 1.26, amd64; see
-// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey): token and leaky
-// bucket 42 bytes, fixed window 84, sliding window 105, sliding log 253
-// with one request in its log, plus 16 bytes per further entry (at most
-// Quantity). Tables are kept between a quarter and half full, so the figure
-// moves with the number of keys: 32 to 64 bytes for the buckets, 64 to 128
-// for the fixed window, 80 to 160 for the sliding window, about 210 to 350
-// for the log.
+// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey), and the same at
+// MaxKeys 100k after 400k distinct keys, each new one evicting another
+// (TestMemoryChurnAtCap): token and leaky bucket 42 bytes, fixed window 84,
+// sliding window 105, sliding log 253 with one request in its log, plus 16
+// bytes per further entry (at most Quantity). Tables are kept between a
+// quarter and half full of keys, so the figure moves with the number of
+// keys: 32 to 64 bytes for the buckets, 64 to 128 for the fixed window, 80
+// to 160 for the sliding window, about 210 to 350 for the log. A store at
+// its cap keeps the table of its live keys: evicted keys' slots are
+// reclaimed by rebuilding at the same size.
 
 // # Rules and the layer
 //
