@@ -121,6 +121,9 @@ func build(f *File, opts Options, prev *Built) (out *Built, err error) {
 		case l.Concurrency != nil:
 			path += ".concurrency"
 			built, err = b.concurrency(l.Concurrency)
+		case l.Fleet != nil:
+			path += ".fleet"
+			built, err = b.fleet(l.Fleet)
 		case l.Worker != nil:
 			if w, ok := workers[i]; ok {
 				built = []shed.Layer{w}

@@ -8,7 +8,8 @@
 // (rules written as Lyft's envoyproxy/ratelimit writes them: a domain, a
 // tree of key/value descriptors, a rate_limit of unit and
 // requests_per_unit, plus algorithm, burst and shadow_mode), concurrency
-// (overall, per key, adaptive) and worker (CPU budget and thresholds; the
+// (overall, per key, adaptive), fleet (capacity and ceilings per priority,
+// shared through Redis) and worker (CPU budget and thresholds; the
 // headroom signal elastic layers read). Every layer has its mode (hard,
 // soft, elastic), dry_run, action (reject, queue) and queue bounds.
 // The http section says whose a request is and how important its route is
@@ -32,7 +33,7 @@
 // file changes and on SIGHUP, and Live.Reload on demand. A bad file is
 // refused, logged and counted, and the running configuration keeps
 // serving. A good one is swapped in atomically; limiters of rules whose
-// definition did not change, and concurrency and worker layers whose
+// definition did not change, and concurrency, fleet and worker layers whose
 // section did not, are carried over, so their counts go on; requests already admitted
 // release their leases to the layers that granted them, and the replaced
 // configuration is closed when its last request ends.

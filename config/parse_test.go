@@ -86,7 +86,7 @@ func TestExampleFileParsesAndBuilds(t *testing.T) {
 	for _, l := range b.Chain.Layers() {
 		names = append(names, l.Name())
 	}
-	if want := []string{"ratelimit-shadow", "ratelimit", "concurrency", "worker"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"ratelimit-shadow", "ratelimit", "concurrency", "fleet", "worker"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("layers %v, want %v", names, want)
 	}
 }
@@ -224,7 +224,7 @@ func TestValidateAStructBuiltInGo(t *testing.T) {
 	got := err.Error()
 	for _, want := range []string{
 		"layers[0].concurrency.limit: must not be negative, got -1",
-		"layers[1]: a layer needs one section (allowed: ratelimit, concurrency, worker)",
+		"layers[1]: a layer needs one section (allowed: ratelimit, concurrency, fleet, worker)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("errors lack %q:\n%s", want, got)

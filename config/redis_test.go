@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/shed"
@@ -96,5 +97,53 @@ func TestREADMEConfigurationParses(t *testing.T) {
 	}
 	if _, err := Parse("README.md", []byte(m[1]), Options{}); err != nil {
 		t.Error(err)
+	}
+}
+
+const fleetFile = `
+redis:
+  addr: %s
+layers:
+  - fleet:
+      prefix: "%sfleet:"
+      instance: %s
+      capacity: 1
+      ceilings: {default: 1, sheddable: 1, test-mode: 1}
+      interval: 20ms
+  - worker:
+      cpu: {disable: true}
+      retry_after: %s
+`
+
+// TestFleetSectionSharesCapacity builds the fleet section for two
+// instances on the real Redis: one request in flight on one is seen by the
+// other once a tick has published it. A reload that changes only the
+// worker section keeps the fleet layer.
+func TestFleetSectionSharesCapacity(t *testing.T) {
+	redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	addr := redistest.Addr(t)
+	a, path := open(t, fmt.Sprintf(fleetFile, addr, prefix, "a", "1s"), Options{})
+	b := mustBuild(t, fmt.Sprintf(fleetFile, addr, prefix, "b", "1s"), Options{})
+	ctx := context.Background()
+	var g shed.Grant
+	if err := a.Current().Chain.Acquire(ctx, shed.Request{Key: "k"}, &g); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release(shed.Completed)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Chain.Do(ctx, shed.Request{Key: "k"}, ok) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("instance b never saw a's request in flight: the capacity of 1 is not shared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fleetLayer := a.Current().Chain.Layers()[0]
+	writeFile(t, path, fmt.Sprintf(fleetFile, addr, prefix, "a", "2s"))
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if a.Current().Chain.Layers()[0] != fleetLayer {
+		t.Error("a reload that left the fleet section alone built a new fleet layer")
 	}
 }

@@ -20,7 +20,7 @@ type File struct {
 	// request: whose it is, and how important its route is.
 	HTTP HTTP `yaml:"http"`
 	// Layers run in this order, each a section with exactly one of
-	// `ratelimit`, `concurrency`, `worker`. Required: at least one.
+	// `ratelimit`, `concurrency`, `fleet`, `worker`. Required: at least one.
 	Layers []Layer `yaml:"layers"`
 
 	unparsed bool // the file did not parse: nothing to check
@@ -103,6 +103,7 @@ type Key struct {
 type Layer struct {
 	RateLimit   *RateLimit   `yaml:"ratelimit"`
 	Concurrency *Concurrency `yaml:"concurrency"`
+	Fleet       *Fleet       `yaml:"fleet"`
 	Worker      *Worker      `yaml:"worker"`
 }
 
@@ -284,4 +285,41 @@ type WorkerCPU struct {
 	Budget float64 `yaml:"budget"`
 	// Full is the share of the budget that counts as saturation (default 1).
 	Full float64 `yaml:"full"`
+}
+
+// Fleet is a fleet-usage layer (fleet.Config): the fleet's requests in
+// flight by priority, shared through Redis by a background tick, each
+// priority held to its ceiling. It needs the redis section.
+type Fleet struct {
+	// Name tells this layer apart (default "fleet").
+	Name        string `yaml:"name"`
+	Enforcement `yaml:",inline"`
+	// Prefix starts the layer's Redis keys; instances sharing capacity
+	// share it (default "loadshed:fleet:").
+	Prefix string `yaml:"prefix"`
+	// Instance names this instance (default: host name and process id).
+	Instance string `yaml:"instance"`
+	// Capacity is the units the whole fleet may have in flight. Set it or
+	// PerInstance.
+	Capacity int64 `yaml:"capacity"`
+	// PerInstance is the units one instance may have in flight; capacity
+	// is this times the live instances.
+	PerInstance int64 `yaml:"per_instance"`
+	// Ceilings are the shares of capacity (0 to 1) each priority and those
+	// below it may use together (default critical 1, default 0.8,
+	// sheddable 0.6, test-mode 0.1).
+	Ceilings map[shed.Priority]float64 `yaml:"ceilings"`
+	// Interval is how often counts are published and read back (default
+	// 100ms, at least 10ms).
+	Interval time.Duration `yaml:"interval"`
+	// TTL is how long a crashed instance's counts linger (default 2 ×
+	// Interval).
+	TTL time.Duration `yaml:"ttl"`
+	// Timeout bounds one tick's round trip (default Interval/2, at most 50ms).
+	Timeout time.Duration `yaml:"timeout"`
+	// ExpectedInstances is the fleet size assumed until Redis first answers
+	// (default the redis section's expected_instances).
+	ExpectedInstances int `yaml:"expected_instances"`
+	// RetryAfter is a rejection's Retry-After hint (default Interval).
+	RetryAfter time.Duration `yaml:"retry_after"`
 }

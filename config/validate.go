@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
@@ -92,6 +93,13 @@ func validate(f *File, opts Options) Errors {
 			c.concurrency(l.Concurrency, cp)
 			name(cp+".name", l.Concurrency.Name, "concurrency")
 		}
+		if l.Fleet != nil {
+			set++
+			layers++
+			fp := p + ".fleet"
+			c.fleet(f, l.Fleet, fp)
+			name(fp+".name", l.Fleet.Name, "fleet")
+		}
 		if l.Worker != nil {
 			set++
 			layers++
@@ -116,7 +124,7 @@ func validate(f *File, opts Options) Errors {
 	return c.errs
 }
 
-var layerKinds = []string{"ratelimit", "concurrency", "worker"}
+var layerKinds = []string{"ratelimit", "concurrency", "fleet", "worker"}
 
 func (c *checker) redis(f *File) {
 	needs := ""
@@ -126,6 +134,8 @@ func (c *checker) redis(f *File) {
 			needs = "layers[" + strconv.Itoa(i) + "].ratelimit.store"
 		case l.Concurrency != nil && l.Concurrency.Store == RedisStore:
 			needs = "layers[" + strconv.Itoa(i) + "].concurrency.store"
+		case l.Fleet != nil:
+			needs = "layers[" + strconv.Itoa(i) + "].fleet"
 		}
 	}
 	r := f.Redis
@@ -452,6 +462,55 @@ func (c *checker) worker(w *Worker, path string) {
 	}
 	// Whatever the worker package checks beyond these.
 	cfg := workerConfig(w, shed.Enforcement{Mode: w.Mode, DryRun: w.DryRun, Overage: w.Overage, OverageFor: w.OverageFor})
+	if err := cfg.Validate(); err != nil {
+		c.errorf(path, nil, "%v", err)
+	}
+}
+
+func (c *checker) fleet(f *File, fl *Fleet, path string) {
+	c.enforcement(&fl.Enforcement, path)
+	n := len(c.errs)
+	c.prefix(path+".prefix", fl.Prefix, RedisStore)
+	switch {
+	case fl.Capacity < 0:
+		c.errorf(path+".capacity", nil, "must not be negative, got %d", fl.Capacity)
+	case fl.PerInstance < 0:
+		c.errorf(path+".per_instance", nil, "must not be negative, got %d", fl.PerInstance)
+	case fl.Capacity == 0 && fl.PerInstance == 0:
+		c.errorf(path, nil, "set capacity (units in flight fleet-wide) or per_instance (units per instance)")
+	case fl.Capacity > 0 && fl.PerInstance > 0:
+		c.errorf(path+".per_instance", nil, "capacity is set too: set one of them")
+	}
+	for _, p := range shed.Priorities() {
+		if v, ok := fl.Ceilings[p]; ok {
+			c.fraction(path+".ceilings."+p.String(), v, false)
+		}
+	}
+	defaults := [shed.NumPriorities]float64{fleet.DefaultCeilingTestMode, fleet.DefaultCeilingSheddable, fleet.DefaultCeilingDefault, fleet.DefaultCeilingCritical}
+	prios := shed.Priorities()
+	eff := func(i int) float64 {
+		if v, ok := fl.Ceilings[prios[i]]; ok {
+			return v
+		}
+		return defaults[i]
+	}
+	for i := 1; i < len(prios); i++ {
+		if lo, hi := eff(i-1), eff(i); hi < lo {
+			c.errorf(path+".ceilings", nil, "%s's ceiling (%v) is below %s's (%v): a priority may use at least what those below it may", prios[i], hi, prios[i-1], lo)
+		}
+	}
+	if fl.Interval != 0 && fl.Interval < fleet.MinInterval {
+		c.errorf(path+".interval", nil, "must be at least %v, got %v", fleet.MinInterval, fl.Interval)
+	}
+	c.nonNegative(path+".expected_instances", int64(fl.ExpectedInstances))
+	if len(c.errs) > n {
+		return
+	}
+	// Whatever the fleet package checks beyond these (ceilings in order,
+	// ttl against interval, the instance's name), on a client that is
+	// never used.
+	cfg := fleetConfig(fl, f.Redis, shed.Enforcement{Mode: fl.Mode, DryRun: fl.DryRun, Overage: fl.Overage, OverageFor: fl.OverageFor, Headroom: shed.HeadroomFunc(func() float64 { return 1 })})
+	cfg.Client = checkClient
 	if err := cfg.Validate(); err != nil {
 		c.errorf(path, nil, "%v", err)
 	}

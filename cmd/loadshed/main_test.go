@@ -14,7 +14,7 @@ func runCmd(args ...string) (int, string, string) {
 
 func TestCheck(t *testing.T) {
 	code, out, _ := runCmd("check", "../../examples/loadshed.yaml")
-	if code != 0 || !strings.Contains(out, "ok (layers: ratelimit-shadow, ratelimit, concurrency, worker)") {
+	if code != 0 || !strings.Contains(out, "ok (layers: ratelimit-shadow, ratelimit, concurrency, fleet, worker)") {
 		t.Errorf("check of the example: exit %d, %q", code, out)
 	}
 	code, _, errOut := runCmd("check", "../../config/testdata/broken/units.yaml", "../../config/testdata/broken/types.yaml")
@@ -52,6 +52,7 @@ func TestPrint(t *testing.T) {
 		"(any other route)     default",
 		"64 for 250ms, adaptive LIFO",
 		"decision-timeout    50ms",
+		"critical 1, default 0.8, sheddable 0.6, test-mode 0.1",
 		"0.8 / 0.7",
 	} {
 		if !strings.Contains(out, want) {

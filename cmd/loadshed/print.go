@@ -12,6 +12,7 @@ import (
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
@@ -50,7 +51,7 @@ func table(w io.Writer, title string, header string, rows [][]string) {
 }
 
 func printFile(w io.Writer, f *config.File) {
-	var layers, rules, conc, workers [][]string
+	var layers, rules, conc, fleets, workers [][]string
 	n := 0
 	row := func(name, kind string, e *config.Enforcement, dry bool, store config.Store) {
 		n++
@@ -92,6 +93,22 @@ func printFile(w io.Writer, f *config.File) {
 				retry = concurrency.DefaultRetryAfter
 			}
 			conc = append(conc, []string{name, orNone(c.Limit), orNone(c.PerKey), c.KeyBy.String(), retry.String(), adaptive(c.Adaptive)})
+		case l.Fleet != nil:
+			fl := l.Fleet
+			name := fl.Name
+			if name == "" {
+				name = fleet.DefaultName
+			}
+			row(name, "fleet", &fl.Enforcement, fl.DryRun, config.RedisStore)
+			capacity := strconv.FormatInt(fl.Capacity, 10)
+			if fl.PerInstance > 0 {
+				capacity = strconv.FormatInt(fl.PerInstance, 10) + " per instance"
+			}
+			interval := fl.Interval
+			if interval == 0 {
+				interval = fleet.DefaultInterval
+			}
+			fleets = append(fleets, []string{name, capacity, ceilings(fl.Ceilings), interval.String(), orDefault(fl.Prefix, fleet.DefaultPrefix), orDefault(fl.Instance, "host-pid")})
 		case l.Worker != nil:
 			w := l.Worker
 			name := w.Name
@@ -118,6 +135,9 @@ func printFile(w io.Writer, f *config.File) {
 	}
 	if len(conc) > 0 {
 		table(w, "CONCURRENCY LIMITS", "LAYER LIMIT PER-KEY KEY-BY RETRY-AFTER ADAPTIVE", conc)
+	}
+	if len(fleets) > 0 {
+		table(w, "FLEET USAGE", "LAYER CAPACITY CEILINGS INTERVAL PREFIX INSTANCE", fleets)
 	}
 	if len(workers) > 0 {
 		table(w, "WORKER UTILIZATION", "LAYER SHED-AT/RECOVER-BELOW CPU-BUDGET SCHED-LATENCY WORKERS INTERVAL RECOVERY SHEDS-CRITICAL", workers)
@@ -304,9 +324,31 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+func ceilings(m map[shed.Priority]float64) string {
+	defaults := map[shed.Priority]float64{shed.Critical: fleet.DefaultCeilingCritical, shed.Default: fleet.DefaultCeilingDefault,
+		shed.Sheddable: fleet.DefaultCeilingSheddable, shed.TestMode: fleet.DefaultCeilingTestMode}
+	var parts []string
+	ps := shed.Priorities()
+	for i := len(ps) - 1; i >= 0; i-- {
+		v, ok := m[ps[i]]
+		if !ok {
+			v = defaults[ps[i]]
+		}
+		parts = append(parts, ps[i].String()+" "+strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func ratio(v, def float64) string {
 	if v == 0 {
 		v = def
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

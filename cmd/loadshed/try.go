@@ -89,7 +89,14 @@ func try(args []string, stdout, stderr io.Writer) int {
 	if path != pattern {
 		shown += " (route " + pattern + ")"
 	}
-	fmt.Fprintf(stdout, "%d × %s, key %q, in memory\n\n", *n, shown, *key)
+	fmt.Fprintf(stdout, "%d × %s, key %q, in memory\n", *n, shown, *key)
+	for _, l := range b.File.Layers {
+		if l.Fleet != nil {
+			fmt.Fprintln(stdout, "(the fleet layer is left out: it has no meaning without the shared Redis)")
+			break
+		}
+	}
+	fmt.Fprintln(stdout)
 	counts := map[int]int{}
 	for i := 1; i <= *n; i++ {
 		if i > 1 && *every > 0 {
