@@ -251,7 +251,8 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(smallYAML))
 	f.Add([]byte(smallJSON))
-	opts := Options{Headroom: shed.HeadroomFunc(func() float64 { return 0.5 })}
+	// In memory, so that no input makes the target dial Redis.
+	opts := Options{Headroom: shed.HeadroomFunc(func() float64 { return 0.5 }), MemoryOnly: true}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz.yaml", data, opts)
 		if err != nil {
@@ -264,7 +265,6 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		opts.MemoryOnly = true
 		b, err := Build(file, opts)
 		if err != nil {
 			t.Fatalf("Parse accepted a file Build refuses: %v\n%s", err, data)

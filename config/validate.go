@@ -68,7 +68,7 @@ func validate(f *File, opts Options) Errors {
 		}
 		names[n] = path
 	}
-	layers, workers := 0, 0
+	layers, workers, fleets := 0, 0, 0
 	for i := range f.Layers {
 		l := &f.Layers[i]
 		p := "layers[" + strconv.Itoa(i) + "]"
@@ -96,6 +96,7 @@ func validate(f *File, opts Options) Errors {
 		if l.Fleet != nil {
 			set++
 			layers++
+			fleets++
 			fp := p + ".fleet"
 			c.fleet(f, l.Fleet, fp)
 			name(fp+".name", l.Fleet.Name, "fleet")
@@ -117,6 +118,9 @@ func validate(f *File, opts Options) Errors {
 		default:
 			c.errorf(p, layerKinds, "a layer has one section; put each in its own list item")
 		}
+	}
+	if c.opts.MemoryOnly && layers > 0 && layers == fleets {
+		c.errorf("layers", nil, "every layer is a fleet layer, which needs Redis: in memory (loadshed try) no layer would remain")
 	}
 	if layers > shed.MaxLayers {
 		c.errorf("layers", nil, "the chain would have %d layers (shadow-mode rules take one of their own), at most %d are supported", layers, shed.MaxLayers)
