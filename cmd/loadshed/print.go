@@ -61,10 +61,7 @@ func printFile(w io.Writer, f *config.File) {
 		switch {
 		case l.RateLimit != nil:
 			r := l.RateLimit
-			name := r.Name
-			if name == "" {
-				name = ratelimit.DefaultName
-			}
+			name := orDefault(r.Name, ratelimit.DefaultName)
 			shadow := false
 			for _, ru := range r.Rules() {
 				layer := name
@@ -83,38 +80,21 @@ func printFile(w io.Writer, f *config.File) {
 			row(name, "ratelimit", &r.Enforcement, r.DryRun, r.Store)
 		case l.Concurrency != nil:
 			c := l.Concurrency
-			name := c.Name
-			if name == "" {
-				name = concurrency.DefaultName
-			}
+			name := orDefault(c.Name, concurrency.DefaultName)
 			row(name, "concurrency", &c.Enforcement, c.DryRun, c.Store)
-			retry := c.RetryAfter
-			if retry == 0 {
-				retry = concurrency.DefaultRetryAfter
-			}
-			conc = append(conc, []string{name, orNone(c.Limit), orNone(c.PerKey), c.KeyBy.String(), retry.String(), adaptive(c.Adaptive)})
+			conc = append(conc, []string{name, orNone(c.Limit), orNone(c.PerKey), c.KeyBy.String(), durOr(c.RetryAfter, concurrency.DefaultRetryAfter), adaptive(c.Adaptive)})
 		case l.Fleet != nil:
 			fl := l.Fleet
-			name := fl.Name
-			if name == "" {
-				name = fleet.DefaultName
-			}
+			name := orDefault(fl.Name, fleet.DefaultName)
 			row(name, "fleet", &fl.Enforcement, fl.DryRun, config.RedisStore)
 			capacity := strconv.FormatInt(fl.Capacity, 10)
 			if fl.PerInstance > 0 {
 				capacity = strconv.FormatInt(fl.PerInstance, 10) + " per instance"
 			}
-			interval := fl.Interval
-			if interval == 0 {
-				interval = fleet.DefaultInterval
-			}
-			fleets = append(fleets, []string{name, capacity, ceilings(fl.Ceilings), interval.String(), orDefault(fl.Prefix, fleet.DefaultPrefix), orDefault(fl.Instance, "host-pid")})
+			fleets = append(fleets, []string{name, capacity, ceilings(fl.Ceilings), durOr(fl.Interval, fleet.DefaultInterval), orDefault(fl.Prefix, fleet.DefaultPrefix), orDefault(fl.Instance, "host-pid")})
 		case l.Worker != nil:
 			w := l.Worker
-			name := w.Name
-			if name == "" {
-				name = worker.DefaultName
-			}
+			name := orDefault(w.Name, worker.DefaultName)
 			row(name, "worker", &w.Enforcement, w.DryRun, config.Memory)
 			budget := "detected"
 			if w.CPU.Budget > 0 {
