@@ -1,0 +1,42 @@
+// Package config reads the whole defence from one declarative file (YAML,
+// or JSON), checks it, builds its chain and HTTP middleware, and replaces
+// them while the service runs when the file changes.
+//
+// # The file
+//
+// A file lists the chain's layers in order, each a section: ratelimit
+// (rules written as Lyft's envoyproxy/ratelimit writes them: a domain, a
+// tree of key/value descriptors, a rate_limit of unit and
+// requests_per_unit, plus algorithm, burst and shadow_mode), concurrency
+// (overall, per key, adaptive), fleet (capacity and ceilings per priority,
+// shared through Redis) and worker (CPU budget and thresholds; the
+// headroom signal elastic layers read). Every layer has its mode (hard,
+// soft, elastic), dry_run, action (reject, queue) and queue bounds.
+// The http section says whose a request is and how important its route is
+// ("POST /v1/charges": critical); the redis section is the shared store
+// of the layers with store: redis. examples/loadshed.yaml shows every
+// field. The same structs (File and below) can be filled in Go and given
+// to Build.
+//
+// # Errors
+//
+// Parse reports every problem of a file at once, not only the first: each
+// *Error names the file, line and column, the field's path
+// (layers[0].ratelimit.descriptors[1].rate_limit.unit), what is wrong, and
+// the allowed values when they are few:
+//
+//	loadshed.yaml:18:23: layers[0].ratelimit.descriptors[1].rate_limit.unit: unknown value "fortnight" (allowed: second, minute, hour, day)
+//
+// # Reloading
+//
+// Open puts a file in service as a *Live; Live.Watch reloads it when the
+// file changes and on SIGHUP, and Live.Reload on demand. A bad file is
+// refused, logged and counted, and the running configuration keeps
+// serving. A good one is swapped in atomically; limiters of rules whose
+// definition did not change, and concurrency, fleet and worker layers whose
+// section did not, are carried over, so their counts go on; requests already admitted
+// release their leases to the layers that granted them, and the replaced
+// configuration is closed when its last request ends.
+//
+// The command cmd/loadshed checks, prints and tries a file.
+package config
