@@ -234,7 +234,7 @@ func (r *Redis) options() *redis.UniversalOptions {
 func (b *builder) enforcement(e *Enforcement) shed.Enforcement {
 	return shed.Enforcement{
 		Mode: e.Mode, DryRun: e.DryRun, Action: e.Action,
-		Overage: e.Overage, OverageFor: e.OverageFor,
+		Overage: e.Overage, OverageFor: e.OverageFor, OverageCooldown: e.OverageCooldown,
 		Headroom: b.opts.Headroom, MinHeadroom: e.MinHeadroom,
 		Queue: shed.QueueConfig{MaxLength: e.Queue.MaxLength, MaxWait: e.Queue.MaxWait,
 			AdaptiveLIFO: e.Queue.AdaptiveLIFO, Clock: b.opts.Clock},

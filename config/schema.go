@@ -121,9 +121,12 @@ type Enforcement struct {
 	Overage float64 `yaml:"overage"`
 	// OverageFor is the longest a soft overage lasts (default 30s).
 	OverageFor time.Duration `yaml:"overage_for"`
+	// OverageCooldown is how long a soft limit must go unexceeded before a
+	// new overage episode may begin (default OverageFor).
+	OverageCooldown time.Duration `yaml:"overage_cooldown"`
 	// MinHeadroom is the least headroom at which elastic still allows the
-	// overage (default 0.2).
-	MinHeadroom float64 `yaml:"min_headroom"`
+	// overage (unset: 0.2; 0 is allowed and means "while not saturated").
+	MinHeadroom *float64 `yaml:"min_headroom"`
 	// Queue bounds the wait; required when Action is queue.
 	Queue Queue `yaml:"queue"`
 }

@@ -220,8 +220,8 @@ func (c *checker) enforcement(e *Enforcement, path string) {
 	if e.Overage < 0 || math.IsNaN(e.Overage) || math.IsInf(e.Overage, 0) {
 		c.errorf(path+".overage", nil, "must be a non-negative fraction (0.1 is 10%%), got %v", e.Overage)
 	}
-	if !(e.MinHeadroom >= 0 && e.MinHeadroom <= 1) {
-		c.errorf(path+".min_headroom", nil, "must be within [0, 1], got %v", e.MinHeadroom)
+	if e.MinHeadroom != nil && !(*e.MinHeadroom >= 0 && *e.MinHeadroom <= 1) {
+		c.errorf(path+".min_headroom", nil, "must be within [0, 1], got %v", *e.MinHeadroom)
 	}
 	q := e.Queue
 	if e.Action == shed.Queue {

@@ -220,11 +220,15 @@ func mode(e *config.Enforcement) string {
 		if d == 0 {
 			d = shed.DefaultOverageFor
 		}
-		return "soft (+" + pct + " for " + d.String() + ")"
+		c := e.OverageCooldown
+		if c == 0 {
+			c = d
+		}
+		return "soft (+" + pct + " for " + d.String() + ", cool-down " + c.String() + ")"
 	case shed.Elastic:
-		h := e.MinHeadroom
-		if h == 0 {
-			h = shed.DefaultMinHeadroom
+		h := shed.DefaultMinHeadroom
+		if e.MinHeadroom != nil {
+			h = *e.MinHeadroom
 		}
 		return "elastic (+" + pct + " while headroom ≥ " + strconv.FormatFloat(h, 'f', -1, 64) + ")"
 	}
