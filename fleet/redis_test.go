@@ -355,12 +355,12 @@ func TestRedisStoppedInstanceVanishes(t *testing.T) {
 // decisions are marked fallback while it is gone, and the layer is back on
 // fleet totals within one interval of Redis answering again.
 func TestRedisKilledAndRestarted(t *testing.T) {
-	srv := startRedisProc(t)
+	srv := redistest.StartServer(t)
 	const interval = 50 * time.Millisecond
 	// No retries within a tick (the next tick is the retry): each failed
 	// tick then counts one failed dial toward go-redis's dial breaker, which
 	// after PoolSize of them stops dialing for up to a second.
-	opts := &redis.Options{Addr: srv.addr, MaxRetries: -1}
+	opts := &redis.Options{Addr: srv.Addr(), MaxRetries: -1}
 	cfg := Config{Prefix: "fleet-restart", Capacity: 40, Interval: interval}
 	l := &fleetLoad{workers: [4]int{1, 4, 4, 1}}
 	for _, id := range []string{"a", "b"} {
@@ -376,16 +376,12 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		time.Sleep(300 * time.Millisecond)
-		srv.kill()
+		srv.Kill()
 		for i, s := range l.ss {
 			sawFallback[i] = waitFor(time.Second, func() bool { return s.Stats().Fallback }) >= 0
 		}
 		time.Sleep(300 * time.Millisecond)
-		srv.start()
-		if waitFor(5*time.Second, srv.answers) < 0 {
-			t.Error("restarted redis-server does not answer")
-			return
-		}
+		srv.Restart() // returns once the server answers
 		up := time.Now()
 		var tried [2]int64
 		for i, s := range l.ss {
@@ -439,13 +435,13 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // requests keep being decided at once meanwhile, and the first tick after
 // the pause puts the layer back on fleet totals.
 func TestRedisSlow(t *testing.T) {
-	srv := startRedisProc(t)
+	srv := redistest.StartServer(t)
 	const interval = 50 * time.Millisecond
-	s := newRedisShedder(t, &redis.Options{Addr: srv.addr}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
+	s := newRedisShedder(t, &redis.Options{Addr: srv.Addr()}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
 	if waitFor(2*time.Second, func() bool { return !s.Stats().Fallback }) < 0 {
 		t.Fatalf("stats before the pause %+v", s.Stats())
 	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	const pause = 600 * time.Millisecond
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
