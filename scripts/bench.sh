@@ -10,7 +10,8 @@
 #   COUNT=3 ./scripts/bench.sh               # fewer repetitions
 #   ./scripts/bench.sh RateMemory ChainHTTP  # only these groups
 #
-# Groups: Clock, RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal,
+# Groups: Clock, RateMemory, RedisRate, RedisConcurrency, ConcurrencyLocal, WorkerCheck,
+# WorkerAcquireRelease, FleetDecision, RedisFleetTrips,
 # ConcurrencyHTTP, ChainHTTP, RouterHTTP. Set LOADSHED_REDIS_ADDR to use a running
 # server instead of starting one.
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-6}
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RouterHTTP RedisRate RedisConcurrency)
+[ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RouterHTTP WorkerCheck WorkerAcquireRelease FleetDecision RedisRate RedisConcurrency RedisFleetTrips)
 
 if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
   . scripts/redis.sh
