@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/loadshed/loadshed/concurrency"
+	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// LayerSettings tunes Loadshed's layers. The zero value of a field takes
+// its default.
+type LayerSettings struct {
+	// PerKeyRate is each client's own rate limit, per second (default 1000:
+	// well above what one of the demonstration's clients sends, so that
+	// what the demonstration shows is shedding, not clients throttled).
+	PerKeyRate int64
+	// InFlight caps the requests running at once (default 4: with one CPU,
+	// enough that the CPU never waits for the next request, few enough
+	// that an admitted request never waits long behind the others).
+	InFlight int64
+	// PerKeyInFlight caps one client's requests running at once (default 32).
+	PerKeyInFlight int64
+	// QueueWait is the longest a request waits for an in-flight slot,
+	// highest priority first (default 50ms).
+	QueueWait time.Duration
+	// QueueLength bounds the requests waiting for a slot (default 64).
+	QueueLength int
+}
+
+func (ls LayerSettings) withDefaults() LayerSettings {
+	if ls.PerKeyRate == 0 {
+		ls.PerKeyRate = 1000
+	}
+	if ls.InFlight == 0 {
+		ls.InFlight = 4
+	}
+	if ls.PerKeyInFlight == 0 {
+		ls.PerKeyInFlight = 32
+	}
+	if ls.QueueWait == 0 {
+		ls.QueueWait = 50 * time.Millisecond
+	}
+	if ls.QueueLength == 0 {
+		ls.QueueLength = 64
+	}
+	return ls
+}
+
+// httpConfig is how every protection reads a request: the client from
+// X-API-Key (hashed: it is a secret), the priority from the route, or
+// test-mode from the header.
+func httpConfig() shed.HTTPConfig {
+	prios := shed.RoutePriorities{}
+	for _, rt := range routes {
+		prios[rt.method+" "+rt.pattern] = rt.priority
+	}
+	return shed.HTTPConfig{
+		Key:        shed.KeyHash(shed.KeyHeader(KeyHeader)),
+		Priorities: prios,
+		Priority: func(r *http.Request, p shed.Priority) shed.Priority {
+			if isTestMode(r) {
+				return shed.TestMode
+			}
+			return p
+		},
+	}
+}
+
+// blindLimit is one rate limit shared by every request, whatever its
+// priority, as a plain rate limiter sets it: built from loadshed's own
+// ratelimit package with a single rule keyed on a constant.
+func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, error) {
+	if perSecond < 1 {
+		return nil, fmt.Errorf("api: Config.GlobalRate must be at least 1 with %s, got %d", BlindLimit, perSecond)
+	}
+	store, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerSecond(perSecond), ratelimit.MemoryConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("api: global rate limit: %w", err)
+	}
+	s.closers = append(s.closers, store.Close)
+	global := ratelimit.By("global", func(context.Context, shed.Request) string { return "all" })
+	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Limiter: store},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("api: global rate limit: %w", err)
+	}
+	s.closers = append(s.closers, layer.Close)
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}})
+	if err != nil {
+		return nil, err
+	}
+	return chain.Middleware(httpConfig())
+}
+
+// loadshed is loadshed's layers in order.
+func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) {
+	ls := cfg.Layers.withDefaults()
+
+	perKey, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerSecond(ls.PerKeyRate), ratelimit.MemoryConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
+	}
+	s.closers = append(s.closers, perKey.Close)
+	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
+	}
+	s.closers = append(s.closers, rate.Close)
+
+	inFlight, err := concurrency.New(concurrency.Config{
+		Limit:  ls.InFlight,
+		PerKey: ls.PerKeyInFlight,
+		KeyBy:  concurrency.ByKey,
+		Enforcement: shed.Enforcement{
+			Action: shed.Queue,
+			Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: in-flight cap: %w", err)
+	}
+	layers := []shed.Layer{rate, inFlight}
+	for _, l := range layers {
+		if g, ok := l.(shed.GaugeReporter); ok {
+			s.gauges = append(s.gauges, g)
+		}
+	}
+	chain, err := shed.NewChain(shed.Config{Layers: layers})
+	if err != nil {
+		return nil, err
+	}
+	return chain.Middleware(httpConfig())
+}
