@@ -1,0 +1,81 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Main runs the server with command-line args (see examples/server) and
+// returns the process's exit code. examples/overload runs it as a child
+// process of its own binary.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	redisAddr := fs.String("redis", "", "Redis address the fleet layer shares counts through (empty: this process alone, in memory)")
+	instance := fs.String("instance", "", "this instance's name in the fleet (default: host and pid)")
+	protect := fs.String("protect", string(Loadshed), "protection: none, blind-limit or loadshed")
+	globalRate := fs.Int64("global-rate", 0, "blind-limit's limit, requests per second for everybody")
+	inFlight := fs.Int64("in-flight", 0, "loadshed: requests running at once (0: default)")
+	quiet := fs.Bool("quiet", false, "no per-second log line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	p, err := ParseProtection(*protect)
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 2
+	}
+	svc, err := New(Config{
+		Protection: p,
+		GlobalRate: *globalRate,
+		Layers:     LayerSettings{InFlight: *inFlight},
+		Redis:      *redisAddr,
+		Instance:   *instance,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 1
+	}
+	defer svc.Close()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 1
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "listening on http://%s (protection %s)\n", ln.Addr(), p)
+
+	stop := make(chan struct{})
+	defer close(stop)
+	if !*quiet {
+		go svc.Stats().LogEvery(stdout, time.Second, stop)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	select {
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(stderr, "server:", err)
+			return 1
+		}
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}
+	return 0
+}
