@@ -117,6 +117,10 @@ func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
 	return sample{prio: p, res: resError, latency: lat}
 }
 
+// newRand is the generator's source of arrivals, priorities and keys: seeded,
+// so that two set-ups are offered the same sequence of requests.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
 func pickPriority(r *rand.Rand) shed.Priority {
 	x := r.Float64()
 	for _, p := range shed.Priorities() {
@@ -137,7 +141,7 @@ func pickPriority(r *rand.Rand) shed.Priority {
 // samples of the requests sent after the warm-up, once every request has
 // ended (within the client timeout).
 func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64) []sample {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	rng := newRand(seed)
 	var (
 		mu       sync.Mutex
 		out      = make([]sample, 0, int(rate*measure.Seconds()*1.1)+16)
