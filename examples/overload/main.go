@@ -52,6 +52,9 @@ type options struct {
 	redis     string
 	instances int
 	setups    []api.Protection
+	// serverFlags are passed to the loadshed set-up's servers, to try
+	// other layer settings.
+	serverFlags []string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -67,6 +70,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "Redis address: run a fleet sharing it (with -instances)")
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
 	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare")
+	serverFlags := fs.String("server-flags", "", "extra flags for the loadshed set-up's servers, space-separated (see go run ./examples/server -h)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -109,6 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.instances > 1 && o.redis == "" {
 		return o, errors.New("-instances above 1 needs -redis: the instances share their counts through it")
 	}
+	o.serverFlags = strings.Fields(*serverFlags)
 	for _, s := range strings.Split(*setups, ",") {
 		p, err := api.ParseProtection(strings.TrimSpace(s))
 		if err != nil {
@@ -148,6 +153,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return nil, fmt.Errorf("-out: %w", err)
+	}
+	for _, setup := range append([]api.Protection{"calibrate"}, o.setups...) {
+		os.Remove(filepath.Join(o.out, "server-"+string(setup)+".log")) // each run's logs only
 	}
 	pin := pinCPUs()
 	rep := &report{opts: o, pin: pin}
@@ -189,27 +197,30 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 
 	for _, setup := range o.setups {
 		rate := int64(rep.capacity/float64(o.instances) + 0.5)
-		err := withServers(ctx, o, pin, setup, rate, string(setup), func(bases []string) error {
-			for _, mult := range o.steps {
+		for _, mult := range o.steps {
+			// A fresh server per step: no step inherits the last one's
+			// backlog (an unprotected server still burns CPU for requests
+			// whose clients gave up) or its shedding state. The warm-up
+			// covers the start.
+			err := withServers(ctx, o, pin, setup, rate, string(setup), func(bases []string) error {
 				offered := mult * rep.capacity
 				maxConns := int(offered*o.timeout.Seconds()) + 64
 				c := newLoadClient(bases, o.work, o.timeout, maxConns)
+				defer c.close()
 				usage := sampleUsage(ctx, bases[0])
 				samples := c.openLoop(ctx, offered, o.warmup, o.measure, maxConns, uint64(mult*1000))
 				fleet := usage()
-				c.close()
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, o.measure), fleetUsage: fleet}
 				rep.steps = append(rep.steps, st)
 				fmt.Fprintln(stdout, st.progressLine())
-				settle(ctx, bases)
+				return nil
+			})
+			if err != nil {
+				return nil, err
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
 	}
 	return rep, nil
@@ -217,7 +228,7 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 
 // withServers runs f against o.instances fresh servers with protection p.
 func withServers(ctx context.Context, o options, pin pinning, p api.Protection, rate int64, logName string, f func(bases []string) error) error {
-	logf, err := os.Create(filepath.Join(o.out, "server-"+logName+".log"))
+	logf, err := os.OpenFile(filepath.Join(o.out, "server-"+logName+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -231,8 +242,11 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 	var bases []string
 	for i := range o.instances {
 		args := []string{"-protect", string(p)}
-		if rate > 0 {
+		if rate > 0 && p == api.BlindLimit {
 			args = append(args, "-global-rate", strconv.FormatInt(rate, 10))
+		}
+		if p == api.Loadshed {
+			args = append(args, o.serverFlags...)
 		}
 		if o.redis != "" {
 			args = append(args, "-redis", o.redis, "-instance", fmt.Sprintf("overload-%d-%d", os.Getpid(), i))
@@ -245,19 +259,6 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 		bases = append(bases, s.base)
 	}
 	return f(bases)
-}
-
-// settle waits until the servers have finished what the last step left
-// them (requests whose clients gave up may still be running), so that one
-// step does not inherit the last one's backlog.
-func settle(ctx context.Context, bases []string) {
-	deadline := time.Now().Add(10 * time.Second)
-	for _, b := range bases {
-		for time.Now().Before(deadline) && ctx.Err() == nil && inFlight(b) > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	time.Sleep(300 * time.Millisecond)
 }
 
 // latencies is the p50 and p99 of the successful samples.

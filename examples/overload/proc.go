@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/loadshed/loadshed/examples/server/api"
@@ -180,32 +179,14 @@ func (s *server) waitHealthy(ctx context.Context) error {
 	return fmt.Errorf("overload: the server at %s never answered /healthz", s.base)
 }
 
-// stop asks the server to stop, and kills it if it has not within 3s.
+// stop kills the server: nothing it holds is worth a graceful shutdown,
+// and an unprotected one may have seconds of abandoned work queued.
 func (s *server) stop() {
 	if s.cmd.Process == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(3 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// inFlight reads how many API requests a server is answering now, from its
-// /metrics; -1 when it cannot tell.
-func inFlight(base string) int64 {
-	g, err := scrape(base)
-	if err != nil {
-		return -1
-	}
-	v, ok := g["loadshed_example_in_flight"]
-	if !ok {
-		return -1
-	}
-	return int64(v)
+	_ = s.cmd.Process.Kill()
+	<-s.done
 }
 
 // scrape reads a server's /metrics into a map from series (name and labels,
