@@ -295,8 +295,11 @@ func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 // LogEvery writes one line per interval to out, until stop is closed: what
-// was admitted and shed, by priority, since the last line.
-func (st *Stats) LogEvery(out io.Writer, every time.Duration, stop <-chan struct{}) {
+// was admitted and shed, by priority, since the last line, and the layers'
+// gauges that say why (the worker layer's signals and shed level, the
+// fleet's usage).
+func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struct{}) {
+	st := s.stats
 	var last [shed.NumPriorities][numAnswers]int64
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -315,13 +318,24 @@ func (st *Stats) LogEvery(out io.Writer, every time.Duration, stop <-chan struct
 		}
 		fmt.Fprintf(&line, "%s in-flight=%d", time.Now().Format("15:04:05"), st.InFlight())
 		for _, a := range []Answer{OK, Throttled, Shed} {
-			fmt.Fprintf(&line, " | %s", map[Answer]string{OK: "admitted", Throttled: "429", Shed: "503"}[a])
+			fmt.Fprintf(&line, " | %s", map[Answer]string{OK: "ok", Throttled: "429", Shed: "503"}[a])
 			for i := shed.NumPriorities - 1; i >= 0; i-- {
-				p := shed.Priorities()[i]
-				fmt.Fprintf(&line, " %s=%d", p, now[i][a]-last[i][a])
+				fmt.Fprintf(&line, " %s=%d", shed.Priorities()[i], now[i][a]-last[i][a])
 			}
 		}
 		last = now
+		for _, g := range s.gauges {
+			g.ReportGauges(func(g shed.Gauge) {
+				switch g.Name {
+				case shed.GaugeUtilization:
+					fmt.Fprintf(&line, " %s.%s=%.2f", g.Layer, g.Signal, g.Value)
+				case shed.GaugeShedLevel:
+					fmt.Fprintf(&line, " %s.level=%.2f", g.Layer, g.Value)
+				case shed.GaugeUsage:
+					fmt.Fprintf(&line, " %s.usage.%s=%.0f", g.Layer, g.Priority, g.Value)
+				}
+			})
+		}
 		fmt.Fprintln(out, line.String())
 	}
 }

@@ -25,7 +25,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	instance := fs.String("instance", "", "this instance's name in the fleet (default: host and pid)")
 	protect := fs.String("protect", string(Loadshed), "protection: none, blind-limit or loadshed")
 	globalRate := fs.Int64("global-rate", 0, "blind-limit's limit, requests per second for everybody")
-	inFlight := fs.Int64("in-flight", 0, "loadshed: requests running at once (0: default)")
+	var ls LayerSettings
+	fs.Int64Var(&ls.InFlight, "in-flight", 0, "loadshed: requests running at once (0: the default, 4)")
+	fs.DurationVar(&ls.QueueWait, "queue-wait", 0, "loadshed: longest wait for an in-flight slot (0: the default, 50ms)")
+	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed: the worker layer's budget of non-critical requests running at once (0: the default, 2)")
+	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
+	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
 	quiet := fs.Bool("quiet", false, "no per-second log line")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -38,7 +43,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	svc, err := New(Config{
 		Protection: p,
 		GlobalRate: *globalRate,
-		Layers:     LayerSettings{InFlight: *inFlight},
+		Layers:     ls,
 		Redis:      *redisAddr,
 		Instance:   *instance,
 	})
@@ -61,7 +66,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	stop := make(chan struct{})
 	defer close(stop)
 	if !*quiet {
-		go svc.Stats().LogEvery(stdout, time.Second, stop)
+		go svc.LogEvery(stdout, time.Second, stop)
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

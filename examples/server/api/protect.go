@@ -9,6 +9,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/worker"
 )
 
 // LayerSettings tunes Loadshed's layers. The zero value of a field takes
@@ -29,6 +30,22 @@ type LayerSettings struct {
 	QueueWait time.Duration
 	// QueueLength bounds the requests waiting for a slot (default 64).
 	QueueLength int
+
+	// Workers is the worker layer's budget: the most non-critical requests
+	// running at once (default 2: with one CPU and handlers that burn it,
+	// one running and one ready, so the CPU never idles and admitted work
+	// never queues for it). The layer yields the CPU after admitting, so
+	// that the requests read meanwhile are answered before the work starts.
+	Workers int64
+	// CPUFull is the share of the CPU budget the worker layer counts as
+	// saturation (default 1.25: the worker budget already keeps admitted
+	// work from queueing, so the CPU may run hotter than Stripe's 0.8
+	// threshold of it before requests are shed by level).
+	CPUFull float64
+	// SchedLatency is the Go scheduler latency the worker layer counts as
+	// saturation (default 20ms: a 2ms handler holding the one CPU is not
+	// overload; a machine whose other processes take the CPU away is).
+	SchedLatency time.Duration
 }
 
 func (ls LayerSettings) withDefaults() LayerSettings {
@@ -46,6 +63,15 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 	}
 	if ls.QueueLength == 0 {
 		ls.QueueLength = 64
+	}
+	if ls.Workers == 0 {
+		ls.Workers = 2
+	}
+	if ls.CPUFull == 0 {
+		ls.CPUFull = 1.25
+	}
+	if ls.SchedLatency == 0 {
+		ls.SchedLatency = 20 * time.Millisecond
 	}
 	return ls
 }
@@ -97,7 +123,10 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 	return chain.Middleware(httpConfig())
 }
 
-// loadshed is loadshed's layers in order.
+// loadshed is loadshed's layers in order: each client's own rate limit
+// (429), the in-flight cap whose queue lets critical requests ahead (503),
+// and the worker layer, which sheds by priority when this process is busy
+// and keeps the CPU from queueing admitted work (503).
 func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) {
 	ls := cfg.Layers.withDefaults()
 
@@ -126,7 +155,18 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	if err != nil {
 		return nil, fmt.Errorf("api: in-flight cap: %w", err)
 	}
-	layers := []shed.Layer{rate, inFlight}
+	busy, err := worker.New(worker.Config{
+		Workers:            ls.Workers,
+		Yield:              true,
+		CPU:                worker.CPUConfig{Full: ls.CPUFull},
+		SchedLatencyTarget: ls.SchedLatency,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: worker layer: %w", err)
+	}
+	s.closers = append(s.closers, func() error { busy.Close(); return nil })
+
+	layers := []shed.Layer{rate, inFlight, busy}
 	for _, l := range layers {
 		if g, ok := l.(shed.GaugeReporter); ok {
 			s.gauges = append(s.gauges, g)
