@@ -195,9 +195,12 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 	fmt.Fprintf(stdout, "capacity %.0f requests/s (%s of CPU each); unloaded latency p50 %s, p99 %s\n",
 		rep.capacity, o.work, ms(rep.unloadedP50), ms(rep.unloadedP99))
 
-	for _, setup := range o.setups {
-		rate := int64(rep.capacity/float64(o.instances) + 0.5)
-		for _, mult := range o.steps {
+	// Steps outer, set-ups inner: the set-ups compared at one load run
+	// within seconds of each other, so a machine whose other work comes and
+	// goes treats them alike.
+	rate := int64(rep.capacity/float64(o.instances) + 0.5)
+	for _, mult := range o.steps {
+		for _, setup := range o.setups {
 			// A fresh server per step: no step inherits the last one's
 			// backlog (an unprotected server still burns CPU for requests
 			// whose clients gave up) or its shedding state. The warm-up
