@@ -19,14 +19,16 @@ type LayerSettings struct {
 	// well above what one of the demonstration's clients sends, so that
 	// what the demonstration shows is shedding, not clients throttled).
 	PerKeyRate int64
-	// InFlight caps the requests running at once (default 4: with one CPU,
-	// enough that the CPU never waits for the next request, few enough
-	// that an admitted request never waits long behind the others).
+	// InFlight caps the requests running at once (default 8). The worker
+	// layer's budget already holds non-critical requests to Workers, so
+	// this cap is what bounds critical requests piling up when the CPU is
+	// taken away: they wait in its queue, critical first.
 	InFlight int64
 	// PerKeyInFlight caps one client's requests running at once (default 32).
 	PerKeyInFlight int64
 	// QueueWait is the longest a request waits for an in-flight slot,
-	// highest priority first (default 50ms).
+	// highest priority first (default 500ms: half the demonstration's
+	// client timeout, so that a critical request waits rather than fails).
 	QueueWait time.Duration
 	// QueueLength bounds the requests waiting for a slot (default 64).
 	QueueLength int
@@ -53,13 +55,13 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 		ls.PerKeyRate = 1000
 	}
 	if ls.InFlight == 0 {
-		ls.InFlight = 4
+		ls.InFlight = 8
 	}
 	if ls.PerKeyInFlight == 0 {
 		ls.PerKeyInFlight = 32
 	}
 	if ls.QueueWait == 0 {
-		ls.QueueWait = 50 * time.Millisecond
+		ls.QueueWait = 500 * time.Millisecond
 	}
 	if ls.QueueLength == 0 {
 		ls.QueueLength = 64
