@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -229,6 +230,9 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 	return rep, nil
 }
 
+// fleetRun numbers the fleets a run starts, for their Redis keys.
+var fleetRun atomic.Int64
+
 // withServers runs f against o.instances fresh servers with protection p.
 func withServers(ctx context.Context, o options, pin pinning, p api.Protection, rate int64, logName string, f func(bases []string) error) error {
 	logf, err := os.OpenFile(filepath.Join(o.out, "server-"+logName+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -252,7 +256,10 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 			args = append(args, o.serverFlags...)
 		}
 		if o.redis != "" {
-			args = append(args, "-redis", o.redis, "-instance", fmt.Sprintf("overload-%d-%d", os.Getpid(), i))
+			// Each step's fleet has keys of its own: the last step's killed
+			// instances must not count in this one's totals.
+			args = append(args, "-redis", o.redis, "-instance", fmt.Sprintf("overload-%d", i),
+				"-fleet-prefix", fmt.Sprintf("loadshed:overload:%d:%d:", os.Getpid(), fleetRun.Add(1)))
 		}
 		s, err := startServer(ctx, pin, logf, args...)
 		if err != nil {
