@@ -83,6 +83,9 @@ type Config struct {
 	Redis string
 	// Instance names this process in the fleet (default: host and pid).
 	Instance string
+	// FleetPrefix starts the fleet layer's Redis keys; instances sharing
+	// capacity share it (default: the fleet layer's).
+	FleetPrefix string
 }
 
 // Service is the example API with its protection.

@@ -31,6 +31,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed: the worker layer's budget of non-critical requests running at once (0: the default, 2)")
 	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
 	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
+	fleetPrefix := fs.String("fleet-prefix", "", "start of the fleet layer's Redis keys; instances sharing capacity share it (default: the fleet layer's)")
+	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 4)")
 	quiet := fs.Bool("quiet", false, "no per-second log line")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -41,11 +43,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	svc, err := New(Config{
-		Protection: p,
-		GlobalRate: *globalRate,
-		Layers:     ls,
-		Redis:      *redisAddr,
-		Instance:   *instance,
+		Protection:  p,
+		GlobalRate:  *globalRate,
+		Layers:      ls,
+		Redis:       *redisAddr,
+		Instance:    *instance,
+		FleetPrefix: *fleetPrefix,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "server:", err)

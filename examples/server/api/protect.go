@@ -33,6 +33,12 @@ type LayerSettings struct {
 	// QueueLength bounds the requests waiting for a slot (default 64).
 	QueueLength int
 
+	// FleetPerInstance is, with Redis, the fleet layer's capacity per live
+	// instance, in requests in flight (default 4); the default ceilings
+	// keep the last 20% of the fleet's for critical requests, 40% for
+	// critical and default ones.
+	FleetPerInstance int64
+
 	// Workers is the worker layer's budget: the most non-critical requests
 	// running at once (default 2: with one CPU and handlers that burn it,
 	// one running and one ready, so the CPU never idles and admitted work
@@ -65,6 +71,9 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 	}
 	if ls.QueueLength == 0 {
 		ls.QueueLength = 64
+	}
+	if ls.FleetPerInstance == 0 {
+		ls.FleetPerInstance = 4
 	}
 	if ls.Workers == 0 {
 		ls.Workers = 2
@@ -169,6 +178,13 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	s.closers = append(s.closers, func() error { busy.Close(); return nil })
 
 	layers := []shed.Layer{rate, inFlight, busy}
+	fl, err := s.fleetLayer(cfg, ls)
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		layers = []shed.Layer{rate, inFlight, fl, busy}
+	}
 	for _, l := range layers {
 		if g, ok := l.(shed.GaugeReporter); ok {
 			s.gauges = append(s.gauges, g)
