@@ -56,6 +56,9 @@ type options struct {
 	// serverFlags are passed to the loadshed set-up's servers, to try
 	// other layer settings.
 	serverFlags []string
+	// serverBin, when set, is the server to run (a build of
+	// examples/server) instead of this binary.
+	serverBin string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -261,7 +264,7 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 			args = append(args, "-redis", o.redis, "-instance", fmt.Sprintf("overload-%d", i),
 				"-fleet-prefix", fmt.Sprintf("loadshed:overload:%d:%d:", os.Getpid(), fleetRun.Add(1)))
 		}
-		s, err := startServer(ctx, pin, logf, args...)
+		s, err := startServer(ctx, pin, o.serverBin, logf, args...)
 		if err != nil {
 			return err
 		}

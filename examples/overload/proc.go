@@ -104,13 +104,18 @@ type server struct {
 	done chan struct{}
 }
 
-// startServer starts this binary as the example server with args, on a
-// free loopback port, one CPU's worth of Go scheduler (GOMAXPROCS=1) and,
-// when pinning, on the server CPU. Its output goes to logw.
-func startServer(ctx context.Context, pin pinning, logw io.Writer, args ...string) (*server, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("overload: finding this program to run it as the server: %w", err)
+// startServer starts the example server with args, on a free loopback
+// port, one CPU's worth of Go scheduler (GOMAXPROCS=1) and, when pinning,
+// on the server CPU: bin when set (a build of examples/server), else this
+// binary. Its output goes to logw.
+func startServer(ctx context.Context, pin pinning, bin string, logw io.Writer, args ...string) (*server, error) {
+	self := bin
+	if self == "" {
+		var err error
+		self, err = os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("overload: finding this program to run it as the server: %w", err)
+		}
 	}
 	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
 	var cmd *exec.Cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -179,7 +180,72 @@ func (r *report) machine() string {
 	return fmt.Sprintf("%s, %s/%s, %d CPUs, %s; %s; %d instance(s)", host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), pin, r.opts.instances)
 }
 
-// save writes the table and the chart into dir.
+// jsonReport is overload.json: the run's figures, for programs (the test
+// reads it).
+type jsonReport struct {
+	Machine        string     `json:"machine"`
+	Capacity       float64    `json:"capacity_per_second"`
+	UnloadedP50    float64    `json:"unloaded_p50_ms"`
+	UnloadedP99    float64    `json:"unloaded_p99_ms"`
+	Steps          []jsonStep `json:"steps"`
+	TargetsMet     *bool      `json:"targets_met,omitempty"`
+	TargetVerdicts []string   `json:"target_verdicts,omitempty"`
+}
+
+type jsonStep struct {
+	Setup   string  `json:"setup"`
+	Load    float64 `json:"load"` // × capacity
+	Offered float64 `json:"offered_per_second"`
+	// ByPriority has the four priorities' words and "all".
+	ByPriority map[string]jsonStats `json:"by_priority"`
+}
+
+type jsonStats struct {
+	Sent     int     `json:"sent"`
+	Success  float64 `json:"success_rate"`
+	Throttle int     `json:"status_429"`
+	Shed     int     `json:"status_503"`
+	Timeout  int     `json:"timeouts"`
+	Errors   int     `json:"errors"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	Goodput  float64 `json:"goodput_per_second"`
+	// FleetInFlight is the fleet layer's mean usage, with -instances.
+	FleetInFlight *float64 `json:"fleet_in_flight,omitempty"`
+}
+
+func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *report) json() jsonReport {
+	out := jsonReport{Machine: r.machine(), Capacity: r.capacity, UnloadedP50: msFloat(r.unloadedP50), UnloadedP99: msFloat(r.unloadedP99)}
+	for _, s := range r.steps {
+		js := jsonStep{Setup: string(s.setup), Load: s.mult, Offered: s.offered, ByPriority: map[string]jsonStats{}}
+		for i, st := range s.stats {
+			name := "all"
+			if i < shed.NumPriorities {
+				name = shed.Priorities()[i].String()
+			}
+			x := jsonStats{Sent: st.sent, Success: st.successRate(), Throttle: st.counts[resThrottle], Shed: st.counts[resShed],
+				Timeout: st.counts[resTimeout], Errors: st.counts[resError], P50: msFloat(st.p50), P99: msFloat(st.p99), Goodput: st.goodput}
+			if s.fleetUsage != nil && i < shed.NumPriorities {
+				x.FleetInFlight = &s.fleetUsage[i]
+			}
+			js.ByPriority[name] = x
+		}
+		out.Steps = append(out.Steps, js)
+	}
+	if vs := r.targets(); vs != nil {
+		met := true
+		for _, v := range vs {
+			met = met && v.ok
+			out.TargetVerdicts = append(out.TargetVerdicts, fmt.Sprintf("%v %s: %s", map[bool]string{true: "PASS", false: "FAIL"}[v.ok], v.name, v.got))
+		}
+		out.TargetsMet = &met
+	}
+	return out
+}
+
+// save writes the table, the figures and the chart into dir.
 func (r *report) save(dir string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s\n%s\n", time.Now().UTC().Format(time.RFC3339), r.machine())
@@ -188,6 +254,13 @@ func (r *report) save(dir string) error {
 	r.printTables(&b)
 	r.printTargets(&b)
 	if err := os.WriteFile(filepath.Join(dir, "overload.txt"), b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	j, err := json.MarshalIndent(r.json(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "overload.json"), append(j, '\n'), 0o644); err != nil {
 		return err
 	}
 	return r.chart(dir, strings.TrimSpace(r.machine()))
