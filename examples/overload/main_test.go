@@ -176,3 +176,23 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		t.Errorf("-quick: steps %v, %v", o.steps, err)
 	}
 }
+
+func TestFirstCPUs(t *testing.T) {
+	for _, c := range []struct {
+		list string
+		want []int
+	}{
+		{"0-1", []int{0, 1}},
+		{"0", []int{0}},
+		{"3,5-9", []int{3, 5}},
+		{"2-3,8", []int{2, 3}},
+		{"", nil},
+		{"x", nil},
+		{"4-2", nil},
+		{"-1", nil},
+	} {
+		if got := firstCPUs(c.list, 2); !slices.Equal(got, c.want) {
+			t.Errorf("firstCPUs(%q) = %v, want %v", c.list, got, c.want)
+		}
+	}
+}

@@ -65,36 +65,41 @@ func pinCPUs() pinning {
 	return pin
 }
 
-// allowedCPUs lists the CPUs this process may run on.
+// allowedCPUs lists the first two CPUs this process may run on.
 func allowedCPUs() []int {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return nil
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		v, ok := strings.CutPrefix(line, "Cpus_allowed_list:")
-		if !ok {
-			continue
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return firstCPUs(strings.TrimSpace(v), 2)
 		}
-		var cpus []int
-		for _, part := range strings.Split(strings.TrimSpace(v), ",") {
-			lo, hi, isRange := strings.Cut(part, "-")
-			a, err1 := strconv.Atoi(lo)
-			b := a
-			var err2 error
-			if isRange {
-				b, err2 = strconv.Atoi(hi)
-			}
-			if err1 != nil || err2 != nil {
-				return nil
-			}
-			for c := a; c <= b && len(cpus) < 2; c++ {
-				cpus = append(cpus, c)
-			}
-		}
-		return cpus
 	}
 	return nil
+}
+
+// firstCPUs reads up to n CPUs from a CPU list ("0-3,8,10-11"); nil when
+// the list is malformed.
+func firstCPUs(list string, n int) []int {
+	var cpus []int
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil
+			}
+		}
+		for c := a; c <= b && len(cpus) < n; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
 }
 
 // server is one example server running as a child process.
