@@ -102,6 +102,8 @@ func (r *report) chart(dir, caption string) error {
 		}
 		p.Legend.Top = true
 		p.Legend.Left = true
+		p.Legend.TextStyle.Font.Size = vg.Points(9)
+		p.Legend.XOffs = vg.Points(4)
 		row = append(row, p)
 	}
 
