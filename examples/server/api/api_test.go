@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -117,5 +118,20 @@ func TestBadConfig(t *testing.T) {
 	}
 	if _, err := ParseProtection("magic"); err == nil {
 		t.Error("ParseProtection(magic): no error")
+	}
+}
+
+func TestFleetLayerWithRedis(t *testing.T) {
+	addr := redistest.Addr(t)
+	svc, srv := serve(t, Config{Protection: Loadshed, Redis: addr, Instance: "api-test", FleetPrefix: redistest.Prefix(t)})
+	if status, body := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusCreated {
+		t.Fatalf("POST /v1/charges: %d %s", status, body)
+	}
+	_, body := do(t, srv, http.MethodGet, "/metrics")
+	if !strings.Contains(body, `loadshed_layer_gauge{layer="fleet",name="usage",priority="critical"`) {
+		t.Errorf("/metrics has no fleet usage:\n%s", body)
+	}
+	if n := svc.Stats().Count(shed.Critical, OK); n != 1 {
+		t.Errorf("critical ok: %d, want 1", n)
 	}
 }
