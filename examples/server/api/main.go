@@ -32,7 +32,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
 	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
 	fleetPrefix := fs.String("fleet-prefix", "", "start of the fleet layer's Redis keys; instances sharing capacity share it (default: the fleet layer's)")
-	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 4)")
+	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 10)")
 	quiet := fs.Bool("quiet", false, "no per-second log line")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -34,9 +34,12 @@ type LayerSettings struct {
 	QueueLength int
 
 	// FleetPerInstance is, with Redis, the fleet layer's capacity per live
-	// instance, in requests in flight (default 4); the default ceilings
-	// keep the last 20% of the fleet's for critical requests, 40% for
-	// critical and default ones.
+	// instance, in requests in flight (default 10, a little above InFlight).
+	// The fleet layer's default ceilings keep the last 20% of the fleet's
+	// capacity for critical requests and 40% for critical and default
+	// ones, and give test-mode traffic 10%: with 10 per instance, one
+	// test-mode request per instance (ceilings are whole requests, rounded
+	// down, so a smaller figure leaves test-mode none at all).
 	FleetPerInstance int64
 
 	// Workers is the worker layer's budget: the most non-critical requests
@@ -73,7 +76,7 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 		ls.QueueLength = 64
 	}
 	if ls.FleetPerInstance == 0 {
-		ls.FleetPerInstance = 4
+		ls.FleetPerInstance = 10
 	}
 	if ls.Workers == 0 {
 		ls.Workers = 2
