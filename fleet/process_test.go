@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,26 +33,48 @@ func TestMain(m *testing.M) {
 }
 
 // runHelper is one instance in its own process. spec is
-// "addr prefix id interval units-by-priority..."; it acquires the units,
-// prints "ready", and holds them until it is killed, or Closes the layer
+// "addr prefix id interval capacity mode n1 n2 n3 n4" (n by priority,
+// lowest first). Mode "hold" acquires n units of each priority whatever the
+// others hold (dry run) and keeps them; mode "load" runs n workers of each
+// priority that acquire, hold 2–8ms and release, a refused one waiting 1ms.
+// It prints "ready" and runs until it is killed, or Closes the layer
 // (leaving the fleet) on SIGTERM.
 func runHelper(spec string) int {
 	f := strings.Fields(spec)
-	if len(f) != 4+shed.NumPriorities {
+	if len(f) != 6+shed.NumPriorities {
 		fmt.Fprintln(os.Stderr, "helper: bad spec", spec)
 		return 2
 	}
 	iv, _ := time.ParseDuration(f[3])
+	capacity, _ := strconv.ParseInt(f[4], 10, 64)
 	c := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true})
-	s, err := New(Config{Client: c, Prefix: f[1], Instance: f[2], Capacity: 100, Interval: iv,
-		Enforcement: shed.Enforcement{DryRun: true}}) // holds what it is told, whatever the others hold
+	cfg := Config{Client: c, Prefix: f[1], Instance: f[2], Capacity: capacity, Interval: iv, Timeout: iv}
+	hold := f[5] == "hold"
+	if hold {
+		cfg.Enforcement.DryRun = true // holds what it is told, whatever the others hold
+	}
+	s, err := New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
 	for i, p := range shed.Priorities() {
-		n, _ := strconv.Atoi(f[4+i])
+		n, _ := strconv.Atoi(f[6+i])
 		for j := 0; j < n; j++ {
+			if !hold {
+				go func() {
+					for {
+						ls, err := s.Acquire(context.Background(), shed.Request{Priority: p})
+						if err != nil {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						time.Sleep(time.Duration(2+rand.IntN(7)) * time.Millisecond)
+						ls.Release(shed.Completed)
+					}
+				}()
+				continue
+			}
 			if _, err := s.Acquire(context.Background(), shed.Request{Priority: p}); err != nil {
 				fmt.Fprintln(os.Stderr, "helper:", err)
 				return 2
@@ -70,11 +93,11 @@ func runHelper(spec string) int {
 }
 
 // startHelper runs an instance in a child process (this test binary,
-// re-executed) holding the given units by priority, and waits until it
-// holds them.
-func startHelper(t *testing.T, addr, prefix, id string, interval time.Duration, units [shed.NumPriorities]int) *exec.Cmd {
+// re-executed) in the given mode (see runHelper), and waits until it is
+// ready.
+func startHelper(t *testing.T, addr, prefix, id string, interval time.Duration, capacity int64, mode string, units [shed.NumPriorities]int) *exec.Cmd {
 	t.Helper()
-	spec := fmt.Sprintf("%s %s %s %s %d %d %d %d", addr, prefix, id, interval, units[0], units[1], units[2], units[3])
+	spec := fmt.Sprintf("%s %s %s %s %d %s %d %d %d %d", addr, prefix, id, interval, capacity, mode, units[0], units[1], units[2], units[3])
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// Under -race a process sleeps a second before it exits
 	// (atexit_sleep_ms), which would hide how fast a closing one leaves.
@@ -114,9 +137,9 @@ func TestRedisSeparateProcesses(t *testing.T) {
 	addr := redistest.Addr(t)
 	redistest.Client(t)
 	prefix := redistest.Prefix(t)
-	const interval = 50 * time.Millisecond
-	crash := startHelper(t, addr, prefix, "crash", interval, [4]int{0, 25, 0, 10})
-	stop := startHelper(t, addr, prefix, "stop", interval, [4]int{0, 25, 0, 0})
+	const interval = 100 * time.Millisecond
+	crash := startHelper(t, addr, prefix, "crash", interval, 100, "hold", [4]int{0, 25, 0, 10})
+	stop := startHelper(t, addr, prefix, "stop", interval, 100, "hold", [4]int{0, 25, 0, 0})
 	s := newRedisShedder(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 100, Interval: interval})
 	if waitFor(2*time.Second, func() bool {
 		st := s.Stats()
@@ -139,7 +162,7 @@ func TestRedisSeparateProcesses(t *testing.T) {
 	crash.Wait()
 	d := waitFor(time.Second, func() bool { st := s.Stats(); return st.Instances == 2 && st.Fleet == [4]int64{0, 28, 0, 10} })
 	t.Logf("a killed process's counts left the totals after %v (interval %v)", time.Since(start), interval)
-	if d < 0 || time.Since(start) > 3*interval+interval/2 {
+	if d < 0 || time.Since(start) > 4*interval { // 3 intervals and some slack, as in TestRedisStoppedInstanceVanishes
 		t.Fatalf("killed process's counts still there after %v: %+v", time.Since(start), s.Stats())
 	}
 
@@ -153,5 +176,57 @@ func TestRedisSeparateProcesses(t *testing.T) {
 	t.Logf("closing process exited after %v", time.Since(start))
 	if waitFor(time.Second, func() bool { return s.Stats().Instances == 1 }) < 0 || time.Since(start) > 2*interval {
 		t.Fatalf("closed process still counted after %v: %+v", time.Since(start), s.Stats())
+	}
+}
+
+// Two processes run mixed-priority load that fills the fleet with
+// sheddable and default work, while this one sends critical requests: the
+// fleet's totals by class, as this instance reads them at each tick, stay
+// within each ceiling plus the bound's worst case (one ceiling more), and
+// critical requests get through.
+func TestRedisSeparateProcessesUnderLoad(t *testing.T) {
+	addr := redistest.Addr(t)
+	redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	const interval = 50 * time.Millisecond
+	for _, id := range []string{"p1", "p2"} {
+		startHelper(t, addr, prefix, id, interval, 40, "load", [4]int{2, 12, 12, 0})
+	}
+	s := newRedisShedder(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 40, Interval: interval})
+	if waitFor(2*time.Second, func() bool { st := s.Stats(); return st.Instances == 3 && st.Fleet[1]+st.Fleet[2] > 20 }) < 0 {
+		t.Fatalf("the other processes' load never showed: %+v", s.Stats())
+	}
+	var admitted, refusedN int
+	var worst [shed.NumPriorities]int64
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		ls, err := s.Acquire(context.Background(), shed.Request{Priority: shed.Critical})
+		if err != nil {
+			refusedN++
+		} else {
+			admitted++
+		}
+		st := s.Stats()
+		var sum int64
+		for r := range st.Fleet {
+			sum += st.Fleet[r]
+			if o := sum - st.Ceilings[r]; o > worst[r] {
+				worst[r] = o
+			}
+			if sum > 2*st.Ceilings[r] && st.Ceilings[r] > 0 {
+				t.Errorf("fleet at priorities ≤ %s holds %d, above twice its ceiling %d", shed.Priorities()[r], sum, st.Ceilings[r])
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err == nil {
+			ls.Release(shed.Completed)
+		}
+	}
+	t.Logf("critical from this process: %d admitted, %d refused; largest overshoot seen in the totals by class %v", admitted, refusedN, worst)
+	if admitted == 0 || float64(refusedN) > 0.01*float64(admitted) {
+		t.Fatalf("critical: %d admitted, %d refused while the others filled the fleet", admitted, refusedN)
+	}
+	if st := s.Stats(); st.Fleet[1]+st.Fleet[2] < 20 {
+		t.Fatalf("the other processes did not fill the fleet: %+v", st)
 	}
 }

@@ -220,7 +220,7 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 	}
 	s.local.n[i].Add(-cost)
 	s.notify()
-	return shed.Lease{}, s.rejection(req, v.fallback)
+	return shed.Lease{}, s.rejection(req, v)
 }
 
 // wait queues a request over its ceiling until a release or a tick makes
@@ -244,8 +244,10 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 	if err != nil {
 		err = shed.QueueRejection(s.name, req, shedStatus, err, waited)
 		if r, ok := err.(*shed.Rejection); ok {
+			v := s.view.Load()
 			r.RetryAfter = s.retryAfter
-			r.Fallback = s.view.Load().fallback
+			r.Fallback = v.fallback
+			r.Policies = []shed.Quota{s.quota(req, v)}
 		}
 		return shed.Lease{}, err
 	}
@@ -261,12 +263,17 @@ const shedStatus = 503
 
 // rejection builds the layer's one kind of "no". It is the only place that
 // calls shed.Shed, so that a change of its signature is a one-line change.
-// The fleet's capacity is not disclosed to the client: no quota goes with
-// it.
-func (s *Shedder) rejection(req shed.Request, fallback bool) *shed.Rejection {
-	r := shed.Shed(s.name, req, "fleet at its ceiling for this priority", s.retryAfter)
-	r.Fallback = fallback
+// Its policy is the ceiling of the request's priority, in units (while in
+// fallback, this instance's share of it): what metrics label the rejection
+// by, and what the HTTP side may or may not disclose.
+func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
+	r := shed.Shed(s.name, req, "fleet at its ceiling for this priority", s.retryAfter, s.quota(req, v))
+	r.Fallback = v.fallback
 	return r
+}
+
+func (s *Shedder) quota(req shed.Request, v *view) shed.Quota {
+	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[req.Priority.Index()]}
 }
 
 // Release gives back the units lease holds. Only the first release of a
@@ -408,7 +415,12 @@ func (s *Shedder) fallbackView() *view {
 func (s *Shedder) setCeilings(v *view) {
 	for r, c := range s.ceil {
 		// The epsilon keeps 0.7 × 100 at 70, not 69.99…
-		v.ceiling[r] = int64(math.Floor(float64(v.cap)*c + 1e-9))
+		x := math.Floor(float64(v.cap)*c + 1e-9)
+		if x >= math.MaxInt64 { // a float64 this large does not convert
+			v.ceiling[r] = math.MaxInt64
+			continue
+		}
+		v.ceiling[r] = int64(x)
 	}
 }
 
@@ -422,7 +434,8 @@ func mulCap(a, b int64) int64 {
 // Close stops the background tick and removes this instance's entry from
 // Redis, so that the fleet's totals drop its counts at once rather than
 // when the entry expires. Requests still in flight may be released after
-// Close; the layer keeps deciding, in fallback, if used after it.
+// Close; a layer used after it decides from its fallback share, since the
+// others no longer count it.
 func (s *Shedder) Close() error {
 	if !s.halt() {
 		return nil
@@ -449,5 +462,6 @@ func (s *Shedder) halt() bool {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.view.Store(s.fallbackView())
 	return true
 }

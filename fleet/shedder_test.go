@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -440,6 +441,9 @@ func TestCloseLeavesTheFleet(t *testing.T) {
 	if clk.Pending() != 1 {
 		t.Fatalf("%d timers pending, want a's tick only", clk.Pending())
 	}
+	if st := b.Stats(); !st.Fallback || st.Capacity != 50 {
+		t.Fatalf("b after Close: %+v", st)
+	}
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -491,6 +495,19 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v", cfg, err)
 		}
 	}
+}
+
+// A capacity too large for a float64 to convert back keeps every ceiling
+// at its largest, not at a negative number.
+func TestHugeCapacity(t *testing.T) {
+	clk := shedtest.NewClock(t0)
+	cfg := fakeConfig(clk)
+	cfg.Capacity = math.MaxInt64
+	s := newFake(t, newFakeFleet(clk), "a", cfg)
+	if st := s.Stats(); st.Ceilings[3] != math.MaxInt64 || st.Ceilings[0] <= 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	admit(t, s, shed.TestMode, 3)
 }
 
 func TestDefaultInstance(t *testing.T) {
