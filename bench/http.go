@@ -7,6 +7,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // OKHandler is the bare handler every HTTP row wraps: it writes a status
@@ -87,7 +88,7 @@ func NewShedHandler(s ShedStack, next http.Handler) (http.Handler, func(), error
 		}
 		closers = append(closers, func() { _ = m.Close() })
 		l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: m},
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: m},
 		}})
 		if err != nil {
 			stop()
@@ -109,7 +110,7 @@ func NewShedHandler(s ShedStack, next http.Handler) (http.Handler, func(), error
 		stop()
 		return nil, nil, err
 	}
-	mw, err := c.Middleware(shed.HTTPConfig{})
+	mw, err := shedhttp.New(c, shedhttp.Config{})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -22,7 +22,7 @@ type server struct {
 	slower  float64       // multiplies base: a service that got slower
 	step    time.Duration // simulation step
 	clock   *shedtest.Clock
-	l       *Limiter
+	l       *Layer
 	pending leaseHeap
 	outcome shed.Outcome
 }

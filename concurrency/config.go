@@ -14,20 +14,20 @@ import (
 type KeyBy uint8
 
 const (
-	// ByKey counts per Request.Key. The limit is the client's own: a request
+	// KeyByClient counts per Request.Key. The limit is the client's own: a request
 	// over it is rejected with 429 (shed.Throttled).
-	ByKey KeyBy = iota
-	// ByRoute counts per Request.Route. The limit protects the service: a
+	KeyByClient KeyBy = iota
+	// KeyByRoute counts per Request.Route. The limit protects the service: a
 	// request over it is rejected with 503 (shed.Shed).
-	ByRoute
+	KeyByRoute
 )
 
 // String returns "key" or "route".
 func (k KeyBy) String() string {
 	switch k {
-	case ByKey:
+	case KeyByClient:
 		return "key"
-	case ByRoute:
+	case KeyByRoute:
 		return "route"
 	}
 	return fmt.Sprintf("keyby(%d)", uint8(k))
@@ -38,9 +38,9 @@ func (k KeyBy) String() string {
 const (
 	// PolicyOverall is the overall in-flight limit.
 	PolicyOverall = "in-flight"
-	// PolicyPerKey is the per-key in-flight limit (KeyBy ByKey).
+	// PolicyPerKey is the per-key in-flight limit (KeyBy KeyByClient).
 	PolicyPerKey = "in-flight-per-key"
-	// PolicyPerRoute is the per-route in-flight limit (KeyBy ByRoute).
+	// PolicyPerRoute is the per-route in-flight limit (KeyBy KeyByRoute).
 	PolicyPerRoute = "in-flight-per-route"
 )
 
@@ -52,7 +52,7 @@ const DefaultName = "concurrency"
 // hint is a guess: about how long a typical request takes.
 const DefaultRetryAfter = time.Second
 
-// Config configures a Limiter. At least one of Limit, PerKey and Adaptive
+// Config configures a Layer. At least one of Limit, PerKey and Adaptive
 // must be set. One layer keeps one per-key dimension; to limit per key and
 // per route, chain two layers.
 type Config struct {
@@ -63,9 +63,9 @@ type Config struct {
 	// limit, unless Adaptive sets one). Over it: 503.
 	Limit int64
 	// PerKey is the most units in flight per key (default 0: no per-key
-	// limit). Over it: 429 with ByKey, 503 with ByRoute.
+	// limit). Over it: 429 with KeyByClient, 503 with KeyByRoute.
 	PerKey int64
-	// KeyBy picks the key the per-key limit counts by (default ByKey).
+	// KeyBy picks the key the per-key limit counts by (default KeyByClient).
 	KeyBy KeyBy
 	// Enforcement is the mode (hard, soft, elastic), dry run and the action
 	// (reject or queue) on "over" (default: hard, enforcing, rejecting).
@@ -164,7 +164,7 @@ func (c Config) Validate() error {
 	if c.Limit == 0 && c.PerKey == 0 && c.Adaptive == nil {
 		errs = append(errs, errors.New("concurrency: Config.Limit, Config.PerKey and Config.Adaptive are all unset: at least one limit is required"))
 	}
-	if c.KeyBy > ByRoute {
+	if c.KeyBy > KeyByRoute {
 		errs = append(errs, fmt.Errorf("concurrency: Config.KeyBy: unknown value %d", c.KeyBy))
 	}
 	if c.RetryAfter < 0 {

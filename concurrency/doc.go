@@ -1,18 +1,23 @@
 // Package concurrency is loadshed's concurrent-request layer: "you can only
-// have N requests in progress at the same time". Limiter counts in this
-// process; RedisLimiter counts across a fleet, in Redis. Both implement
-// shed.Layer (named "concurrency") and shed.Releaser, so they plug into a
-// shed.Chain, the HTTP middleware, or stand alone.
+// have N requests in progress at the same time". Layer counts in this
+// process; RedisLayer counts across a fleet, in Redis. Both implement
+// shed.Layer (named by Config.Name, default "concurrency") and
+// shed.Releaser, so they plug into a shed.Chain, the HTTP middleware, or
+// stand alone.
+//
+// The shortest use is PerKey, a cap on each client's requests in flight:
+//
+//	r.Use(shedhttp.Limit(concurrency.PerKey(10)))
 //
 // # Limits
 //
 // A Config sets an overall limit (Limit), a per-key limit (PerKey), or both.
 // KeyBy says what the per-key limit counts by, and so whose limit it is:
 //
-//   - ByKey counts per Request.Key (the API key, user or client IP). The
+//   - KeyByClient counts per Request.Key (the API key, user or client IP). The
 //     limit is the client's own: over it, a 429 (shed.Throttled) with
 //     policy "in-flight-per-key".
-//   - ByRoute counts per Request.Route (a route pattern, so the set of keys
+//   - KeyByRoute counts per Request.Route (a route pattern, so the set of keys
 //     stays bounded). The limit protects the service: over it, a 503
 //     (shed.Shed) with policy "in-flight-per-route".
 //
@@ -41,7 +46,8 @@
 // so a refused request never disturbs the count. Per-key counters live in a
 // map split into 64 shards by a hash of the key: a lookup takes its shard's
 // read lock, a miss its write lock once. The lease points at its key's
-// counter (Lease.Ref), so a release needs no lookup at all.
+// counter through a pooled per-grant guard (shed.GuardPool), so a release
+// needs no lookup, and releasing a copy of a released lease changes nothing.
 //
 // Counters of keys with nothing in flight are removed when a shard grows
 // past twice its live keys (and at least 512), and by Sweep. Removal must
@@ -66,36 +72,40 @@
 //
 // # Fleet-wide, on Redis
 //
-// RedisLimiter does what Stripe's concurrent-requests limiter does: each
-// request in flight is a lease, a member of a sorted set scored by the
+// RedisLayer (NewRedis(client, cfg), the client first as in every
+// Redis-backed layer) does what Stripe's concurrent-requests limiter does:
+// each request in flight is a lease, a member of a sorted set scored by the
 // lease's expiry in Redis's own clock (TIME), so hosts' clocks never matter.
-// Acquire is one Lua script: for each set (the key's, then the overall
-// one) drop expired members (ZREMRANGEBYSCORE -inf now), then if ZCARD +
-// cost is within the limit ZADD the lease with score now+TTL, in every set,
-// and set each key's expiry to at least the TTL. Release is one script,
+// Acquire is one Lua script (lua/acquire.lua): for each set (the key's,
+// then the overall one) drop expired members (ZREMRANGEBYSCORE -inf now),
+// then if ZCARD + cost is within the limit ZADD the lease with score
+// now+TTL, in every set, and set each key's expiry to at least the TTL. The
+// script is idempotent: a lease already present is this same acquire run
+// again (go-redis re-sends a script whose reply was lost), refreshed and
+// reported admitted, never counted against itself. Release is one script,
 // ZREM, which does nothing when the lease is gone already; with
 // AsyncRelease, releases are gathered for about 5ms and sent in one
 // pipeline, so a request pays one round trip instead of two. A request of
 // cost c is c members ("id", "id#2", ...).
 //
-// Keys, with Prefix p (default "loadshed:concurrency"):
+// Keys, with Prefix p (default "loadshed:cc:") and d the base64url SHA-256
+// of the user key (so no key a client sends can leave its set or move the
+// hash tag):
 //
-//	{p}:all        the overall set (with an overall limit)
-//	{p}:k:<key>    a key's set, when there is also an overall limit
-//	{p:k:<key>}    a key's set, when there is only a per-key limit
+//	{pall}         the overall set (with an overall limit)
+//	{pall}:k:d     a key's set, when there is also an overall limit
+//	pk:{d}         a key's set, when there is only a per-key limit
+//	{pinstances}   the live instances (see below)
 //
 // The part in braces is the Redis Cluster hash tag: the sets one script
 // touches must share a slot, so with an overall limit every set shares the
-// tag {p} (and so one Cluster node); with only per-key limits each key has
-// its own tag and keys spread over the Cluster. User keys are escaped so
-// they cannot end or open a tag or break a line: '{', '}', '%', '#' and
-// control characters become %XX, and keys longer than 128 bytes become '#'
-// and 32 hex digits of their SHA-256. Every key has a TTL; Redis deletes a
-// set when its last member goes.
+// tag {pall} (and so one Cluster node); with only per-key limits each key
+// has its own tag and keys spread over the Cluster. Every key has a TTL;
+// Redis deletes a set when its last member goes.
 //
 // Leases expire after RedisConfig.TTL (default 10s) unless renewed: that is
 // how long the requests of a host that crashed keep counting. While a
-// request runs, its instance renews it: one renewer per RedisLimiter ticks
+// request runs, its instance renews it: one renewer per RedisLayer ticks
 // every RenewEvery (default TTL/3; TTL must exceed it), and pushes back the
 // expiry of all the leases it holds in one pipelined round trip, one script
 // call per set (ZADD XX, so a lease released or expired meanwhile is never
@@ -107,19 +117,26 @@
 // Each Redis call on the request path is bounded by RedisConfig.Timeout
 // (default 50ms). The client must have ContextTimeoutEnabled set, or go-redis
 // would ignore the bound; NewRedis checks it. When the script errs or times
-// out, the request is decided by this instance's share of the limits, each
-// limit ÷ ExpectedInstances rounded up, by a local Limiter (see Local); the
-// lease or rejection is marked Fallback and Fallbacks counts the switch. A
-// lease granted in fallback is released locally. While falling back, one
-// request every ProbeInterval (default 250ms) tries Redis again, and the first
-// answer ends the fallback; the others do not wait on Redis at all.
+// out, the request is decided by this instance's share of the limits by a
+// local Layer (see Local): each limit ÷ the instances, rounded down, so
+// the fleet never admits more than a limit; a share of 0 refuses. The
+// instances are RedisConfig.ExpectedInstances when set, else the live
+// instances counted in Redis (each keeps a presence refreshed every second;
+// docs/redis.md gives the bound). The lease or rejection is marked Fallback
+// and Fallbacks counts the switch. A lease granted in fallback is released
+// locally. While falling back, one request every ProbeInterval (default
+// 250ms) tries Redis again, and the first answer ends the fallback; the
+// others do not wait on Redis at all. The layers on one client share this
+// gate, so a request that met a dead Redis in one layer does not wait for
+// it again in the next.
 //
 // An acquire that ends without an answer (the caller's context ended, or the
 // timeout passed) may still have added its lease: the command can be on the
 // wire. Its lease is removed twice: about 5ms later, and again at the
 // renewer's next tick, in case the first removal overtook the acquire. A
 // removal that Redis does not confirm is retried until the lease would have
-// expired anyway. Close stops the renewer and runs the removals once more.
+// expired anyway. Close stops the renewer and removes every lease the
+// instance holds or may have left (Pending counts those owed).
 //
 // Adaptive limits and the Queue action are local only: another host's
 // release cannot wake a waiter here, and hosts would disagree on a limit

@@ -40,7 +40,7 @@ func ExampleNew() {
 
 func ExampleConfig_perKey() {
 	// Each client may have 1 request in flight, and the service 100.
-	l, _ := concurrency.New(concurrency.Config{Limit: 100, PerKey: 1, KeyBy: concurrency.ByKey})
+	l, _ := concurrency.New(concurrency.Config{Limit: 100, PerKey: 1, KeyBy: concurrency.KeyByClient})
 	ctx := context.Background()
 	alice, _ := l.Acquire(ctx, shed.Request{Key: "alice"})
 	defer alice.Release(shed.Completed)

@@ -14,10 +14,10 @@ import (
 const dead = -1 << 62
 
 // slot counts one key's units in flight. A lease points at its slot
-// (Lease.Ref), so a release needs no lookup.
+// (through its guard, Lease.Ref), so a release needs no lookup.
 type slot struct {
 	n     atomic.Int64
-	owner *Limiter
+	owner *Layer
 	ep    shed.Episode // the key's soft-mode overage episode
 	_     [32]byte     // keep hot counters of different keys off one cache line
 }
@@ -47,11 +47,11 @@ type shard struct {
 // looks the key up again.
 type keyMap struct {
 	seed   maphash.Seed
-	owner  *Limiter
+	owner  *Layer
 	shards [numShards]shard
 }
 
-func newKeyMap(owner *Limiter) *keyMap {
+func newKeyMap(owner *Layer) *keyMap {
 	km := &keyMap{seed: maphash.MakeSeed(), owner: owner}
 	for i := range km.shards {
 		km.shards[i].m = make(map[string]*slot)

@@ -17,10 +17,10 @@ type paddedInt64 struct {
 	_ [56]byte
 }
 
-// Limiter limits requests in flight in this process: overall, per key, or
+// Layer limits requests in flight in this process: overall, per key, or
 // both. It implements shed.Layer and shed.Releaser; acquire and release take
 // no global lock and allocate nothing. It is safe for concurrent use.
-type Limiter struct {
+type Layer struct {
 	name       string
 	keyBy      KeyBy
 	keyPolicy  string
@@ -33,24 +33,28 @@ type Limiter struct {
 	adaptive   *adaptive
 	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
 
+	// guards makes each grant count once, whichever copy of its lease is
+	// released; a guard holds the grant's per-key slot (nil without one).
+	guards shed.GuardPool[*slot]
+
 	limit    paddedInt64 // the overall limit; moves when adaptive
 	inflight paddedInt64 // units in flight overall, when hasAll
 	ep       shed.Episode
 }
 
 var (
-	_ shed.Layer    = (*Limiter)(nil)
-	_ shed.Releaser = (*Limiter)(nil)
-	_ shed.Layer    = (*RedisLimiter)(nil)
-	_ shed.Releaser = (*RedisLimiter)(nil)
+	_ shed.Layer    = (*Layer)(nil)
+	_ shed.Releaser = (*Layer)(nil)
+	_ shed.Layer    = (*RedisLayer)(nil)
+	_ shed.Releaser = (*RedisLayer)(nil)
 )
 
 // New checks cfg and returns a limiter.
-func New(cfg Config) (*Limiter, error) {
+func New(cfg Config) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{
+	l := &Layer{
 		name:       cfg.Name,
 		keyBy:      cfg.KeyBy,
 		perKey:     cfg.PerKey,
@@ -66,7 +70,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.retryAfter = DefaultRetryAfter
 	}
 	l.keyPolicy = PolicyPerKey
-	if cfg.KeyBy == ByRoute {
+	if cfg.KeyBy == KeyByRoute {
 		l.keyPolicy = PolicyPerRoute
 	}
 	if cfg.PerKey > 0 {
@@ -95,14 +99,14 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Name returns the layer's name (Config.Name, default "concurrency").
-func (l *Limiter) Name() string { return l.name }
+func (l *Layer) Name() string { return l.name }
 
 // Limit returns the overall limit now (it moves when adaptive); 0 when there
 // is none.
-func (l *Limiter) Limit() int64 { return l.limit.Load() }
+func (l *Layer) Limit() int64 { return l.limit.Load() }
 
 // InFlight returns the units in flight now, overall.
-func (l *Limiter) InFlight() int64 {
+func (l *Layer) InFlight() int64 {
 	if l.hasAll {
 		return l.inflight.Load()
 	}
@@ -114,7 +118,7 @@ func (l *Limiter) InFlight() int64 {
 
 // InFlightKey returns the units in flight for one key (a Request.Key or
 // Request.Route, as Config.KeyBy says); 0 without a per-key limit.
-func (l *Limiter) InFlightKey(key string) int64 {
+func (l *Layer) InFlightKey(key string) int64 {
 	if l.keys == nil {
 		return 0
 	}
@@ -128,7 +132,7 @@ func (l *Limiter) InFlightKey(key string) int64 {
 
 // Queued returns how many requests wait for capacity now (Enforcement.Action
 // Queue); 0 without a queue.
-func (l *Limiter) Queued() int {
+func (l *Layer) Queued() int {
 	if l.queue == nil {
 		return 0
 	}
@@ -137,7 +141,7 @@ func (l *Limiter) Queued() int {
 
 // Keys returns how many per-key counters are held, idle ones not yet swept
 // included.
-func (l *Limiter) Keys() int {
+func (l *Layer) Keys() int {
 	if l.keys == nil {
 		return 0
 	}
@@ -147,15 +151,15 @@ func (l *Limiter) Keys() int {
 // Sweep removes the per-key counters of keys with nothing in flight and
 // reports how many it removed. The limiter also sweeps on its own, as keys
 // are added, so calling Sweep is never required.
-func (l *Limiter) Sweep() int {
+func (l *Layer) Sweep() int {
 	if l.keys == nil {
 		return 0
 	}
 	return l.keys.sweep()
 }
 
-func (l *Limiter) key(req *shed.Request) string {
-	if l.keyBy == ByRoute {
+func (l *Layer) key(req *shed.Request) string {
+	if l.keyBy == KeyByRoute {
 		return req.Route
 	}
 	return req.Key
@@ -182,7 +186,7 @@ type taken struct {
 // take adds cost to the key's slot (when there is a per-key limit) and to
 // the overall count (when there is an overall limit), each only if it stays
 // within its bound. If either refuses, nothing is left taken.
-func (l *Limiter) take(key string, cost, keyMax, allMax int64) taken {
+func (l *Layer) take(key string, cost, keyMax, allMax int64) taken {
 	var t taken
 	if l.keys != nil {
 		for {
@@ -232,7 +236,7 @@ func add(c *atomic.Int64, cost, max int64) (int64, bool) {
 // attempt decides without waiting when the request is over a limit (t says
 // which): a lease admitted over the limit or in dry run, or the verdict
 // (Wait or Deny).
-func (l *Limiter) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, shed.Verdict, taken) {
+func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, shed.Verdict, taken) {
 	var now time.Time
 	if l.enf.Mode != shed.Hard || l.enf.DryRun {
 		now = l.clock.Now() // Decide reads it only for the soft and elastic allowances
@@ -258,7 +262,7 @@ func (l *Limiter) attempt(req *shed.Request, cost, limit int64, t taken) (shed.L
 	return shed.Lease{}, v, t
 }
 
-func (l *Limiter) decide(now time.Time, t taken, cost, limit int64) shed.Verdict {
+func (l *Layer) decide(now time.Time, t taken, cost, limit int64) shed.Verdict {
 	if t.over == keyLimit {
 		within := t.keyAfter <= l.enf.Ceiling(l.perKey)-cost
 		return l.enf.Decide(now, false, within, &t.s.ep)
@@ -267,18 +271,14 @@ func (l *Limiter) decide(now time.Time, t taken, cost, limit int64) shed.Verdict
 	return l.enf.Decide(now, false, within, &l.ep)
 }
 
-func (l *Limiter) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
+func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls := shed.NewLease(l)
 	ls.Cost = cost
-	if t.s != nil {
-		ls.Ref = t.s
-	} else {
-		ls.Ref = l
-	}
+	l.guards.Issue(&ls, t.s)
 	if t.s != nil && (!l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter) {
-		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	}
 	if l.adaptive != nil {
 		if now.IsZero() {
@@ -292,9 +292,9 @@ func (l *Limiter) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 // Acquire admits req if its units fit within the limits, and otherwise
 // rejects it, or queues it when Config.Enforcement.Action is shed.Queue
 // (until capacity frees, the queue's bounds or the request's deadline, or
-// ctx ends). A rejection over the per-key limit is a 429 with ByKey, every
+// ctx ends). A rejection over the per-key limit is a 429 with KeyByClient, every
 // other rejection a 503.
-func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, err error) {
+func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, err error) {
 	cost := req.Units()
 	limit := l.limit.Load()
 	t := l.take(l.key(&req), cost, l.perKey, limit)
@@ -311,16 +311,15 @@ func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	// 144 bytes, and each function it is returned through copies it again.
 	ls = shed.NewLease(l)
 	ls.Cost = cost
+	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
-		ls.Ref = t.s
 		if !l.hasAll || l.perKey-t.keyAfter < limit-t.allAfter {
-			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
+			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
 		} else {
-			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 		}
 	} else {
-		ls.Ref = l
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
 	}
 	if l.adaptive != nil {
 		ls.Acquired = l.clock.Now()
@@ -329,7 +328,7 @@ func (l *Limiter) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 }
 
 // over handles a request refused by a limit at its first attempt.
-func (l *Limiter) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
+func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
 	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
 	case shed.AdmitOver, shed.AdmitDryRun:
@@ -340,36 +339,30 @@ func (l *Limiter) over(ctx context.Context, req shed.Request, cost, limit int64,
 	return shed.Lease{}, l.rejection(req, t)
 }
 
-func (l *Limiter) rejection(req shed.Request, t taken) *shed.Rejection {
+func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
 	if t.over == keyLimit {
-		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter)}
-		if l.keyBy == ByKey {
-			return shed.Throttled(l.name, req, "too many requests in flight for this client", l.retryAfter, q)
+		q := shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+		if l.keyBy == KeyByClient {
+			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
 		}
-		return shed.Shed(l.name, req, "too many requests in flight for this route", l.retryAfter, q)
+		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
 	}
 	limit := l.limit.Load()
-	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter)}
-	return shed.Shed(l.name, req, "too many requests in flight", l.retryAfter, q)
+	q := shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+	return shed.Shed("too many requests in flight", l.retryAfter, q)
 }
 
 // Release gives back the units lease holds and, with an adaptive limit,
 // learns from the outcome (only Completed and Failed: Dropped and Unused say
 // nothing about the service). A lease this limiter did not grant is ignored.
 // Callers use lease.Release, which calls this once.
-func (l *Limiter) Release(lease *shed.Lease, o shed.Outcome) {
-	switch r := lease.Ref.(type) {
-	case *slot:
-		if r.owner != l {
-			return
-		}
-		r.n.Add(-lease.Cost)
-	case *Limiter:
-		if r != l {
-			return
-		}
-	default:
-		return
+func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
+	s, ok := l.guards.Claim(lease)
+	if !ok {
+		return // not this limiter's, or released already through a copy
+	}
+	if s != nil {
+		s.n.Add(-lease.Cost)
 	}
 	var before int64
 	if l.hasAll {

@@ -13,7 +13,7 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// RedisLimiter limits requests in flight across a fleet: each admitted
+// RedisLayer limits requests in flight across a fleet: each admitted
 // request is a lease in a Redis sorted set scored by its expiry, renewed in
 // batches while it runs, removed when it ends, and dropped by Redis after
 // RedisConfig.TTL if its host dies. When Redis errs or is slow it decides
@@ -24,7 +24,7 @@ import (
 // The files: redis_config.go (RedisConfig), redis_acquire.go (admission),
 // redis_lease.go (release, renewal, clean-up of leases Redis may hold),
 // redis_fallback.go (the local share), lua/ (the scripts).
-type RedisLimiter struct {
+type RedisLayer struct {
 	name       string
 	keyBy      KeyBy
 	keyPolicy  string
@@ -50,6 +50,8 @@ type RedisLimiter struct {
 	presence *redisx.Presence
 	leave    func()
 	local    atomic.Pointer[localShare]
+	oldMu    sync.Mutex
+	old      []*Layer // shares replaced, for the leases they granted
 
 	seq atomic.Uint64
 	// gate keeps requests off Redis after an outage, but for one probe per
@@ -77,7 +79,7 @@ type redisStats struct {
 // or any redis.UniversalClient; it must have ContextTimeoutEnabled set
 // (see RedisConfig.Timeout). The client stays the caller's: Close does not
 // close it.
-func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLimiter, error) {
+func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLayer, error) {
 	var cerr error
 	if err := redisx.CheckClient(client); err != nil {
 		cerr = fmt.Errorf("concurrency: NewRedis: %w", err)
@@ -95,7 +97,7 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLimiter, err
 	if err != nil {
 		return nil, err
 	}
-	r := &RedisLimiter{
+	r := &RedisLayer{
 		name:       probe.name,
 		keyBy:      cfg.KeyBy,
 		keyPolicy:  probe.keyPolicy,
@@ -130,16 +132,16 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLimiter, err
 }
 
 // Name returns the layer's name.
-func (r *RedisLimiter) Name() string { return r.name }
+func (r *RedisLayer) Name() string { return r.name }
 
 // Local returns the limiter that decides, with this instance's share of the
 // limits, while Redis does not answer; nil when every share rounds to 0.
-func (r *RedisLimiter) Local() *Limiter { return r.share().lim }
+func (r *RedisLayer) Local() *Layer { return r.share().lim }
 
 // Instances returns the instances the outage share divides by now:
 // RedisConfig.ExpectedInstances when set, else the live instances last
 // counted in Redis (1 before any count).
-func (r *RedisLimiter) Instances() int {
+func (r *RedisLayer) Instances() int {
 	counted := 0
 	if r.presence != nil {
 		counted = r.presence.Count()
@@ -149,11 +151,11 @@ func (r *RedisLimiter) Instances() int {
 
 // Fallback reports whether the limiter is deciding locally now because
 // Redis did not answer.
-func (r *RedisLimiter) Fallback() bool { return r.gate.Down() }
+func (r *RedisLayer) Fallback() bool { return r.gate.Down() }
 
 // Held returns how many leases this instance holds in Redis (and renews):
 // its requests in flight fleet-wide, read without asking Redis.
-func (r *RedisLimiter) Held() int {
+func (r *RedisLayer) Held() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.held)
@@ -161,7 +163,7 @@ func (r *RedisLimiter) Held() int {
 
 // InFlight returns the units this instance's requests hold: in Redis, and
 // in the local share for those admitted while falling back.
-func (r *RedisLimiter) InFlight() int64 {
+func (r *RedisLayer) InFlight() int64 {
 	r.mu.Lock()
 	var n int64
 	for e := range r.held {
@@ -176,12 +178,12 @@ func (r *RedisLimiter) InFlight() int64 {
 
 // Queued returns the requests waiting: always 0, as the Redis limiter
 // never queues (RedisConfig refuses the Queue action).
-func (r *RedisLimiter) Queued() int { return 0 }
+func (r *RedisLayer) Queued() int { return 0 }
 
 // Pending returns how many leases wait to be removed from Redis: releases
 // Redis has not confirmed, and acquires that ended without an answer (their
 // script may have added the lease). The renewer retries them.
-func (r *RedisLimiter) Pending() int {
+func (r *RedisLayer) Pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pending)
@@ -189,11 +191,11 @@ func (r *RedisLimiter) Pending() int {
 
 // Lost returns how many leases expired in Redis while their request still
 // ran (renewals failed for longer than the TTL).
-func (r *RedisLimiter) Lost() int64 { return r.stats.lost.Load() }
+func (r *RedisLayer) Lost() int64 { return r.stats.lost.Load() }
 
 // Fallbacks returns how many outages the limiter's gate began (shared with
 // the other layers on the same client).
-func (r *RedisLimiter) Fallbacks() int64 { return r.gate.Outages() }
+func (r *RedisLayer) Fallbacks() int64 { return r.gate.Outages() }
 
 // KeyFor returns the sorted set that counts req's key (its Request.Key or
 // Request.Route), or "" without a per-key limit. The key appears as its
@@ -201,12 +203,12 @@ func (r *RedisLimiter) Fallbacks() int64 { return r.gate.Outages() }
 // overall limit every key shares the hash tag of the overall set, since one
 // script updates both; otherwise each key has its own tag so that keys
 // spread over a Cluster.
-func (r *RedisLimiter) KeyFor(req shed.Request) string {
+func (r *RedisLayer) KeyFor(req shed.Request) string {
 	if r.perKey == 0 {
 		return ""
 	}
 	k := req.Key
-	if r.keyBy == ByRoute {
+	if r.keyBy == KeyByRoute {
 		k = req.Route
 	}
 	if r.allKey != "" {
@@ -217,14 +219,14 @@ func (r *RedisLimiter) KeyFor(req shed.Request) string {
 
 // OverallKey returns the sorted set that counts every request, or "" without
 // an overall limit.
-func (r *RedisLimiter) OverallKey() string { return r.allKey }
+func (r *RedisLayer) OverallKey() string { return r.allKey }
 
 // Close stops the renewer and removes from Redis every lease this instance
 // holds or may have left there (unconfirmed releases, unanswered
 // acquires), so that its slots are free for the fleet at once rather than
 // after the TTL. Requests still running stop counting fleet-wide: close
 // after they end. The client is not closed.
-func (r *RedisLimiter) Close() error {
+func (r *RedisLayer) Close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -251,4 +253,19 @@ func (r *RedisLimiter) Close() error {
 		return err
 	}
 	return r.flush(ctx) // the second removal of unanswered acquires
+}
+
+// ReportGauges reports this instance's units in flight (in Redis and in
+// the local share), the fleet-wide overall limit (0 without one), whether it
+// is falling back, and the instances the outage share divides by. It reads
+// no Redis.
+func (r *RedisLayer) ReportGauges(emit func(shed.Gauge)) {
+	fallback := 0.0
+	if r.Fallback() {
+		fallback = 1
+	}
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInFlight, Value: float64(r.InFlight())})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeLimit, Value: float64(r.limit)})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeFallback, Value: fallback})
+	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInstances, Value: float64(r.Instances())})
 }

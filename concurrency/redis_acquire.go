@@ -12,7 +12,7 @@ import (
 
 // redisLease is what a lease held in Redis points at (Lease.Ref).
 type redisLease struct {
-	owner    *RedisLimiter
+	owner    *RedisLayer
 	seq      uint64 // Lease.ID
 	member   string
 	keys     []string
@@ -22,12 +22,12 @@ type redisLease struct {
 	// recheck is set for an acquire that ended without an answer: its
 	// script may still be on its way to Redis, behind the first clean-up, so
 	// it is removed twice (promptly, and again at the renewer's next tick).
-	// Guarded by RedisLimiter.mu while pending.
+	// Guarded by RedisLayer.mu while pending.
 	recheck bool
 }
 
 // which says which limit the set at index i of keys counts (per key first).
-func (r *RedisLimiter) which(keys []string, i int) which {
+func (r *RedisLayer) which(keys []string, i int) which {
 	if keys[i] == r.allKey {
 		return allLimit
 	}
@@ -39,7 +39,7 @@ func (r *RedisLimiter) which(keys []string, i int) which {
 // instance's share instead and marks the lease (or rejection) Fallback. If
 // ctx ends while the script runs, Acquire returns ctx's error, and a lease
 // the script may have added is removed by the renewer.
-func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
 	}
@@ -127,7 +127,7 @@ func (r *RedisLimiter) Acquire(ctx context.Context, req shed.Request) (shed.Leas
 
 // neverFits says which limit a request of this cost exceeds even at its
 // ceiling, if any.
-func (r *RedisLimiter) neverFits(cost int64) which {
+func (r *RedisLayer) neverFits(cost int64) which {
 	switch {
 	case r.perKey > 0 && cost > r.enf.Ceiling(r.perKey):
 		return keyLimit
@@ -137,21 +137,21 @@ func (r *RedisLimiter) neverFits(cost int64) which {
 	return none
 }
 
-func (r *RedisLimiter) rejection(req shed.Request, over which, n int64) *shed.Rejection {
+func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Rejection {
 	if over == keyLimit {
-		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n)}
-		if r.keyBy == ByKey {
-			return shed.Throttled(r.name, req, "too many requests in flight for this client", r.retryAfter, q)
+		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
+		if r.keyBy == KeyByClient {
+			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
 		}
-		return shed.Shed(r.name, req, "too many requests in flight for this route", r.retryAfter, q)
+		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
 	}
-	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n)}
-	return shed.Shed(r.name, req, "too many requests in flight", r.retryAfter, q)
+	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
+	return shed.Shed("too many requests in flight", r.retryAfter, q)
 }
 
 // run runs the acquire script within the timeout. Redis answering at all
 // ends a fallback.
-func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) ([]int64, error) {
+func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]int64, error) {
 	args := make([]any, 0, 3+len(bounds))
 	args = append(args, e.member, e.cost, r.ttl.Milliseconds())
 	for _, b := range bounds {
@@ -173,7 +173,7 @@ func (r *RedisLimiter) run(ctx context.Context, e *redisLease, bounds []int64) (
 // away (its error is returned), or Redis erred or was slow (the local share
 // decides). Either way the script may have added the lease, so it is queued
 // for removal.
-func (r *RedisLimiter) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
+func (r *RedisLayer) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
 	r.forget(e)
 	if ctx.Err() != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
@@ -186,21 +186,21 @@ func (r *RedisLimiter) failed(ctx context.Context, req shed.Request, e *redisLea
 	return r.acquireLocal(ctx, req)
 }
 
-func (r *RedisLimiter) lease(e *redisLease, counts []int64) shed.Lease {
+func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 	r.mu.Lock()
 	r.held[e] = struct{}{}
 	r.mu.Unlock()
 	ls := shed.NewLease(r)
 	ls.Ref, ls.ID, ls.Cost = e, e.seq, e.cost
 	// Remaining from the tightest set (counts[i+1] is set i after adding).
-	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1}
+	ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: -1, Service: true}
 	for i, k := range e.keys {
 		if i+1 >= len(counts) {
 			break
 		}
-		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1])}
+		q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-counts[i+1]), Service: true}
 		if k != r.allKey {
-			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1])}
+			q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-counts[i+1]), Service: r.keyBy == KeyByRoute}
 		}
 		if ls.Quota.Remaining < 0 || q.Remaining < ls.Quota.Remaining {
 			ls.Quota = q

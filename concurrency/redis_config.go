@@ -18,7 +18,7 @@ const (
 	DefaultProbeInterval = redisx.DefaultProbeInterval
 )
 
-// RedisConfig configures a RedisLimiter: the limits of Config, counted over
+// RedisConfig configures a RedisLayer: the limits of Config, counted over
 // the whole fleet in Redis.
 type RedisConfig struct {
 	// Config holds the limits, fleet-wide, and how they are enforced.
@@ -82,7 +82,7 @@ func (c RedisConfig) Validate() error {
 		errs = append(errs, err)
 	}
 	if c.Adaptive != nil {
-		errs = append(errs, errors.New("concurrency: RedisConfig.Adaptive is not supported fleet-wide: use an adaptive local Limiter"))
+		errs = append(errs, errors.New("concurrency: RedisConfig.Adaptive is not supported fleet-wide: use an adaptive local Layer"))
 	}
 	if c.Enforcement.Action == shed.Queue {
 		errs = append(errs, errors.New("concurrency: RedisConfig.Enforcement.Action Queue is not supported fleet-wide: another host's release cannot wake a waiter here"))

@@ -17,16 +17,21 @@ import (
 // Redis does not answer (zeroKey, zeroAll); lim is nil when both are.
 type localShare struct {
 	n       int
-	lim     *Limiter
+	lim     *Layer
 	zeroKey bool
 	zeroAll bool
 }
+
+// maxOldShares bounds the replaced shares kept to release the fallback
+// leases they granted. A lease of a share dropped beyond them is released
+// nowhere, which is harmless: a replaced share decides nothing any more.
+const maxOldShares = 4
 
 // share returns the local share for the instances now counted, building
 // it when the count moved (rare, and never during an outage: counts come
 // from Redis). Leases of an older share are released through their own
 // limiter (see releaseLocal).
-func (r *RedisLimiter) share() *localShare {
+func (r *RedisLayer) share() *localShare {
 	n := r.Instances()
 	cur := r.local.Load()
 	if cur != nil && cur.n == n {
@@ -36,10 +41,18 @@ func (r *RedisLimiter) share() *localShare {
 	if !r.local.CompareAndSwap(cur, next) {
 		return r.local.Load()
 	}
+	if cur != nil && cur.lim != nil {
+		r.oldMu.Lock()
+		r.old = append(r.old, cur.lim)
+		if len(r.old) > maxOldShares {
+			r.old = r.old[1:]
+		}
+		r.oldMu.Unlock()
+	}
 	return next
 }
 
-func (r *RedisLimiter) newShare(n int) *localShare {
+func (r *RedisLayer) newShare(n int) *localShare {
 	s := &localShare{n: n}
 	lc := r.localCfg
 	lc.Limit = redisx.Share(r.limit, n)
@@ -60,7 +73,7 @@ func (r *RedisLimiter) newShare(n int) *localShare {
 }
 
 // acquireLocal decides from this instance's share of the limits.
-func (r *RedisLimiter) acquireLocal(ctx context.Context, req shed.Request) (shed.Lease, error) {
+func (r *RedisLayer) acquireLocal(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	s := r.share()
 	if s.zeroKey || s.zeroAll {
 		over := allLimit
@@ -86,21 +99,25 @@ func (r *RedisLimiter) acquireLocal(ctx context.Context, req shed.Request) (shed
 	return ls, nil
 }
 
-// releaseLocal gives a lease of a local share back to the limiter that
-// granted it, which may be an older share's.
-func releaseLocal(lease *shed.Lease, o shed.Outcome) {
-	switch ref := lease.Ref.(type) {
-	case *slot:
-		ref.owner.Release(lease, o)
-	case *Limiter:
-		ref.Release(lease, o)
+// releaseLocal gives a lease of a local share back to the share that
+// granted it: the current one, or one replaced since (each ignores a lease
+// it did not grant, and a second release of any copy).
+func (r *RedisLayer) releaseLocal(lease *shed.Lease, o shed.Outcome) {
+	if l := r.Local(); l != nil {
+		l.Release(lease, o)
+	}
+	r.oldMu.Lock()
+	old := r.old
+	r.oldMu.Unlock()
+	for _, l := range old {
+		l.Release(lease, o)
 	}
 }
 
 // keyEpisode returns the soft-mode overage episode of req's key. It lives in
 // the local share's slot for the key, so soft episodes are tracked per
 // instance; nil without a per-key limit or outside soft mode.
-func (r *RedisLimiter) keyEpisode(req shed.Request) *shed.Episode {
+func (r *RedisLayer) keyEpisode(req shed.Request) *shed.Episode {
 	if r.enf.Mode != shed.Soft {
 		return nil
 	}

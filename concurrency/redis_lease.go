@@ -14,10 +14,10 @@ import (
 // a lease granted while falling back). If Redis does not confirm, the
 // renewer retries until the lease would have expired anyway. A lease this
 // limiter did not grant, or already released, is ignored.
-func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
+func (r *RedisLayer) Release(lease *shed.Lease, o shed.Outcome) {
 	e, ok := lease.Ref.(*redisLease)
 	if !ok {
-		releaseLocal(lease, o)
+		r.releaseLocal(lease, o)
 		return
 	}
 	if e.owner != r || !e.released.CompareAndSwap(false, true) {
@@ -39,7 +39,7 @@ func (r *RedisLimiter) Release(lease *shed.Lease, o shed.Outcome) {
 
 // forget queues the removal of a lease whose acquire may or may not have
 // reached Redis.
-func (r *RedisLimiter) forget(e *redisLease) {
+func (r *RedisLayer) forget(e *redisLease) {
 	e.released.Store(true)
 	r.mu.Lock()
 	e.recheck = true
@@ -52,7 +52,7 @@ func (r *RedisLimiter) forget(e *redisLease) {
 // what it leaves.
 const flushSoon = 5 * time.Millisecond
 
-func (r *RedisLimiter) retryLater(e *redisLease) {
+func (r *RedisLayer) retryLater(e *redisLease) {
 	r.mu.Lock()
 	r.pending = append(r.pending, e)
 	if !r.soon && !r.closed {
@@ -62,7 +62,7 @@ func (r *RedisLimiter) retryLater(e *redisLease) {
 	r.mu.Unlock()
 }
 
-func (r *RedisLimiter) flushNow() {
+func (r *RedisLayer) flushNow() {
 	r.mu.Lock()
 	r.soon = false
 	r.mu.Unlock()
@@ -73,7 +73,7 @@ func (r *RedisLimiter) flushNow() {
 
 // tick is the renewer: every RenewEvery it retries unconfirmed releases and
 // renews every lease held, each batch in one pipelined round trip.
-func (r *RedisLimiter) tick() {
+func (r *RedisLayer) tick() {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -93,7 +93,7 @@ func (r *RedisLimiter) tick() {
 
 // flush retries the releases Redis has not confirmed, dropping those whose
 // lease has expired by now anyway.
-func (r *RedisLimiter) flush(ctx context.Context) error {
+func (r *RedisLayer) flush(ctx context.Context) error {
 	r.mu.Lock()
 	todo := r.pending
 	r.pending = nil
@@ -138,7 +138,7 @@ const renewBatch = 256
 
 // renew pushes back the expiry of every lease held, grouped by the sets
 // they live in, in one pipeline.
-func (r *RedisLimiter) renew(ctx context.Context) {
+func (r *RedisLayer) renew(ctx context.Context) {
 	r.mu.Lock()
 	if len(r.held) == 0 {
 		r.mu.Unlock()
@@ -194,7 +194,7 @@ func (r *RedisLimiter) renew(ctx context.Context) {
 
 // Renew renews every lease held and retries unconfirmed releases now,
 // instead of at the next tick of the renewer.
-func (r *RedisLimiter) Renew(ctx context.Context) error {
+func (r *RedisLayer) Renew(ctx context.Context) error {
 	err := r.flush(ctx)
 	r.renew(ctx)
 	return err

@@ -79,3 +79,26 @@ func TestRedisCloseRemovesHeldLeases(t *testing.T) {
 		t.Fatalf("held %d, pending %d after Close", r.Held(), r.Pending())
 	}
 }
+
+func TestRedisReportGauges(t *testing.T) {
+	c := newClient(t)
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 7, Name: "cc"}, Prefix: redistest.Prefix(t), ExpectedInstances: 3})
+	ls, err := r.Acquire(context.Background(), shed.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(shed.Completed)
+	got := map[string]float64{}
+	r.ReportGauges(func(g shed.Gauge) {
+		if g.Layer != "cc" {
+			t.Errorf("gauge %s from layer %q", g.Name, g.Layer)
+		}
+		got[g.Name] = g.Value
+	})
+	want := map[string]float64{shed.GaugeInFlight: 1, shed.GaugeLimit: 7, shed.GaugeFallback: 0, shed.GaugeInstances: 3}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

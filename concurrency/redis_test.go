@@ -31,7 +31,7 @@ func newClient(t testing.TB) *redis.Client {
 	return c
 }
 
-func mustNewRedis(t testing.TB, c redis.UniversalClient, cfg RedisConfig) *RedisLimiter {
+func mustNewRedis(t testing.TB, c redis.UniversalClient, cfg RedisConfig) *RedisLayer {
 	t.Helper()
 	r, err := NewRedis(c, cfg)
 	if err != nil {
@@ -477,6 +477,11 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
 		Timeout: 30 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, TTL: time.Minute})
 	ctx := context.Background()
+	// A connection open first: dialling through the proxy on a loaded
+	// machine can take the whole 30ms timeout.
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 
 	onRedis, err := r.Acquire(ctx, shed.Request{})
 	if err != nil || onRedis.Fallback {
@@ -554,7 +559,7 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 2, KeyBy: KeyByRoute, Clock: clock,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute}},
 		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	route := shed.Request{Key: "anyone", Route: "POST /v1/charges"}
@@ -700,7 +705,7 @@ func TestRedisAsyncRelease(t *testing.T) {
 // ExpectedInstances set overrides the count.
 func TestRedisOutageShareFromLiveInstances(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: ByKey}, Prefix: prefix}
+	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: KeyByClient}, Prefix: prefix}
 	a := mustNewRedis(t, newClient(t), cfg)
 	b := mustNewRedis(t, newClient(t), cfg)
 	deadline := time.Now().Add(5 * time.Second)

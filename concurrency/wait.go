@@ -3,7 +3,6 @@ package concurrency
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	"github.com/loadshed/loadshed/shed"
 )
@@ -12,7 +11,7 @@ import (
 // (Enforcement.Action Queue). A request over its per-key limit is rejected
 // at once instead: one shed.WaitQueue serves one pool of capacity, and a
 // waiter blocked on its own key would hold up every other key behind it.
-func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t taken) (shed.Lease, error) {
+func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken) (shed.Lease, error) {
 	if t.over == keyLimit || l.queue == nil {
 		return shed.Lease{}, l.rejection(req, t)
 	}
@@ -27,12 +26,12 @@ func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t take
 	giveBack := func() { l.untake(got, cost) }
 	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			limit := l.limit.Load()
 			r.RetryAfter = l.retryAfter
-			r.Policies = []shed.Quota{{Policy: PolicyOverall, Limit: limit, Remaining: 0}}
+			r.Policies = []shed.Quota{{Policy: PolicyOverall, Limit: limit, Remaining: 0, Service: true}}
 		}
 		return shed.Lease{}, err
 	}
@@ -42,7 +41,7 @@ func (l *Limiter) wait(ctx context.Context, req shed.Request, cost int64, t take
 }
 
 // untake gives back what a successful take claimed, without a lease.
-func (l *Limiter) untake(t taken, cost int64) {
+func (l *Layer) untake(t taken, cost int64) {
 	if !t.ok {
 		return
 	}

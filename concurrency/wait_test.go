@@ -13,7 +13,7 @@ import (
 )
 
 // queued spins (without sleeping) until n requests wait in l's queue.
-func queued(t *testing.T, l *Limiter, n int) {
+func queued(t *testing.T, l *Layer, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for l.Queued() != n {
@@ -29,7 +29,7 @@ type result struct {
 	err   error
 }
 
-func acquireAsync(ctx context.Context, l *Limiter, req shed.Request) chan result {
+func acquireAsync(ctx context.Context, l *Layer, req shed.Request) chan result {
 	ch := make(chan result, 1)
 	go func() {
 		ls, err := l.Acquire(ctx, req)

@@ -110,8 +110,9 @@ func refused(t *testing.T, s *Shedder, p shed.Priority) *shed.Rejection {
 		t.Fatalf("%s request admitted; stats %+v", p, s.Stats())
 	}
 	r := shedtest.Rejection(t, err)
-	if r.Status != 503 || r.RetryAfter != s.retryAfter || r.Layer != s.Name() || r.Priority != p ||
-		len(r.Policies) != 1 || r.Policies[0].Policy != PolicyName || r.Policies[0].Limit != s.Stats().Ceilings[p.Index()] {
+	// Layer and Priority are the chain's to stamp: Acquire leaves them.
+	if r.Status != 503 || r.RetryAfter != s.retryAfter ||
+		len(r.Policies) != 1 || !r.Policies[0].Service || r.Policies[0].Policy != PolicyName || r.Policies[0].Limit != s.Stats().Ceilings[p.Index()] {
 		t.Fatalf("rejection %+v", r)
 	}
 	return r

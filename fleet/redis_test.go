@@ -18,7 +18,7 @@ import (
 
 // newRedisShedder builds a Shedder on a client of its own, as a separate
 // host would have, closed when the test ends.
-func newRedisShedder(t *testing.T, opts *redis.Options, cfg Config) *Shedder {
+func newRedisShedder(t testing.TB, opts *redis.Options, cfg Config) *Shedder {
 	t.Helper()
 	o := *opts
 	o.ContextTimeoutEnabled = true

@@ -41,7 +41,7 @@ type Shedder struct {
 	local  counts
 	view   atomic.Pointer[view]
 	ep     [shed.NumPriorities]shed.Episode
-	grants sync.Pool
+	grants shed.GuardPool[grant]
 
 	lastLive   atomic.Int64 // live instances at the last good tick (ExpectedInstances before one)
 	ticks      atomic.Int64
@@ -95,14 +95,11 @@ type view struct {
 	fallback bool
 }
 
-// grant is what a lease points at (Lease.Ref), so that a copy of a
-// released lease cannot release again: the release that moves gen on from
-// the lease's ID wins, any other finds it moved.
+// grant is what a lease holds, kept in its guard (shed.GuardPool) so that
+// releasing a copy of a released lease changes nothing.
 type grant struct {
-	owner *Shedder // set once, at creation
-	gen   atomic.Uint64
-	idx   int
-	cost  int64
+	idx  int // Priority.Index
+	cost int64
 }
 
 // New checks cfg, reads the fleet's totals once (bounded by Config.Timeout;
@@ -132,7 +129,6 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 		ceil:       cfg.ceilings(),
 		st:         st,
 	}
-	s.grants.New = func() any { return &grant{owner: s} }
 	if s.enf.Action == shed.Queue {
 		qc := s.enf.Queue
 		if qc.Clock == nil {
@@ -152,6 +148,15 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 
 // Name returns the layer's name (Config.Name, default "fleet").
 func (s *Shedder) Name() string { return s.name }
+
+// Queued returns how many requests wait for room now (Enforcement.Action
+// Queue); 0 without a queue.
+func (s *Shedder) Queued() int {
+	if s.queue == nil {
+		return 0
+	}
+	return s.queue.Len()
+}
 
 // Acquire admits req when the units in flight at its priority and every
 // priority below it, fleet-wide, stay within that priority's ceiling, and
@@ -190,13 +195,11 @@ func (s *Shedder) check(i int, allow *[shed.NumPriorities]int64) bool {
 }
 
 func (s *Shedder) lease(ls *shed.Lease, v *view, i int, cost int64) {
-	g := s.grants.Get().(*grant)
-	g.idx, g.cost = i, cost
 	*ls = shed.NewLease(s)
-	ls.Ref = g
-	ls.ID = g.gen.Load()
+	s.grants.Issue(ls, grant{idx: i, cost: cost})
 	ls.Cost = cost
 	ls.Fallback = v.fallback
+	ls.Quota = s.quota(i, v)
 }
 
 // overLimit decides a request whose units, already added, broke a ceiling.
@@ -242,12 +245,12 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 	giveBack := func() { s.local.n[i].Add(-cost) }
 	waited, err := s.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(s.name, req, shedStatus, err, waited)
+		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		if r, ok := err.(*shed.Rejection); ok {
 			v := s.view.Load()
 			r.RetryAfter = s.retryAfter
 			r.Fallback = v.fallback
-			r.Policies = []shed.Quota{s.quota(req, v)}
+			r.Policies = []shed.Quota{s.quota(req.Priority.Index(), v)}
 		}
 		return shed.Lease{}, err
 	}
@@ -257,35 +260,35 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 	return ls, nil
 }
 
-// shedStatus is the status of every rejection of this layer: the fleet,
-// not the client, is over its limit.
-const shedStatus = 503
-
 // rejection builds the layer's one kind of "no". It is the only place that
 // calls shed.Shed, so that a change of its signature is a one-line change.
 // Its policy is the ceiling of the request's priority, in units (while in
 // fallback, this instance's share of it): what metrics label the rejection
 // by, and what the HTTP side may or may not disclose.
 func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
-	r := shed.Shed(s.name, req, "fleet at its ceiling for this priority", s.retryAfter, s.quota(req, v))
+	r := shed.Shed("fleet at its ceiling for this priority", s.retryAfter, s.quota(req.Priority.Index(), v))
 	r.Fallback = v.fallback
 	return r
 }
 
-func (s *Shedder) quota(req shed.Request, v *view) shed.Quota {
-	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[req.Priority.Index()]}
+// quota describes the ceiling of priority index i: its policy name, and
+// its limit in units (this instance's share of it in fallback). Remaining
+// is left at zero: what is left fleet-wide is only known at the next tick.
+// It is the service's own capacity (Service), which HTTP front ends do not
+// disclose to clients unless told to.
+func (s *Shedder) quota(i int, v *view) shed.Quota {
+	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i], Service: true}
 }
 
 // Release gives back the units lease holds. Only the first release of a
 // lease, or of any copy of it, counts; a lease this shedder did not grant
 // is ignored. Callers use lease.Release, which calls this.
 func (s *Shedder) Release(lease *shed.Lease, _ shed.Outcome) {
-	g, ok := lease.Ref.(*grant)
-	if !ok || g.owner != s || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
+	g, ok := s.grants.Claim(lease)
+	if !ok {
 		return
 	}
 	s.local.n[g.idx].Add(-g.cost)
-	s.grants.Put(g)
 	s.notify()
 }
 

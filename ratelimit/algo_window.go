@@ -298,7 +298,10 @@ func (c *logCell) retire(p *params, now, idle int64, force bool) bool {
 	if !force && c.n > 0 && c.at(c.n-1).t+p.period > now-idle {
 		return false
 	}
-	c.dead = true
+	// The entries go with the cell: its slot stays a tombstone until the
+	// next rebuild, and the ring (the bulk of a log's bytes) would stay
+	// with it.
+	c.dead, c.ring, c.n, c.used = true, nil, 0, 0
 	return true
 }
 

@@ -18,12 +18,12 @@ type contractStore struct {
 	// open returns a new limiter for alg and limit whose keys no other test
 	// sees, reading time fixed at start, and a function that moves that time
 	// forward to an instant. It may skip t (a store that is unavailable).
-	open func(t *testing.T, alg Algorithm, limit Limit, start time.Time) (l Limiter, set func(time.Time))
+	open func(t *testing.T, alg Algorithm, limit Limit, start time.Time) (l Store, set func(time.Time))
 }
 
 var contractStores = []contractStore{{name: "memory", open: openMemory}}
 
-func openMemory(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Limiter, func(time.Time)) {
+func openMemory(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Store, func(time.Time)) {
 	t.Helper()
 	clk := shedtest.NewClock(start)
 	m, err := NewMemory(alg, limit, MemoryConfig{Clock: clk})

@@ -3,6 +3,15 @@
 // key limits per client, per route or per descriptor, and the shed.Layer
 // that enforces them.
 //
+// The shortest use is PerKey, a token bucket per client key:
+//
+//	r.Use(shedhttp.Limit(ratelimit.PerKey(100, time.Minute)))
+//
+// Beyond it: build a Store for each limit (NewMemory, or NewRedis for a
+// fleet), name a Rule for each (what it counts per: ByKey, ByRoute, By,
+// RouteIs), and give the rules to NewLayer. LayerConfig.Name tells two
+// rate-limit layers apart in events and metrics.
+//
 // # Algorithms
 //
 // Every algorithm takes a Limit (Quantity units per Period, and a Burst for
@@ -22,7 +31,9 @@
 //     MaxSlidingLogQuantity). Exact over any Period.
 //   - SlidingWindow: the current window's count plus the previous one's
 //     weighted by its overlap with the last Period, rounded up. Cheap and
-//     close to the log.
+//     close to the log on ordinary traffic, but its worst case is twice
+//     Quantity in one rolling Period (the previous window's units all at
+//     its end); docs/redis.md gives the measured error.
 //
 // The buckets' emission interval Period/Quantity is rounded up to a whole
 // nanosecond, so rounding never admits more than the limit. A cost above
@@ -36,7 +47,7 @@
 //
 // # The in-memory store
 //
-// NewMemory returns a Limiter for one algorithm and one limit. Keys live in
+// NewMemory returns a Store for one algorithm and one limit. Keys live in
 // shards, each an open-addressing table that holds every key's state inline
 // next to the key's hash, read without a lock: a decision is a hash, a
 // probe, and a compare-and-swap on one word (the buckets) or a lock of the
@@ -52,17 +63,20 @@
 //
 // Keys are held as seeded 64-bit hashes, so a key's length costs nothing.
 // Heap per key, measured with 100k keys (Go 1.26, amd64; see
-// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey): token and leaky
-// bucket 42 bytes, fixed window 84, sliding window 105, sliding log 253
-// with one request in its log, plus 16 bytes per further entry (at most
-// Quantity). Tables are kept between a quarter and half full, so the figure
-// moves with the number of keys: 32 to 64 bytes for the buckets, 64 to 128
-// for the fixed window, 80 to 160 for the sliding window, about 210 to 350
-// for the log.
+// TestMemoryBytesPerKey and BenchmarkMemoryBytesPerKey), and the same at
+// MaxKeys 100k after 400k distinct keys, each new one evicting another
+// (TestMemoryChurnAtCap): token and leaky bucket 42 bytes, fixed window 84,
+// sliding window 105, sliding log 253 with one request in its log, plus 16
+// bytes per further entry (at most Quantity). Tables are kept between a
+// quarter and half full of keys, so the figure moves with the number of
+// keys: 32 to 64 bytes for the buckets, 64 to 128 for the fixed window, 80
+// to 160 for the sliding window, about 210 to 350 for the log. A store at
+// its cap keeps the table of its live keys: evicted keys' slots are
+// reclaimed by rebuilding at the same size.
 
 // # Rules and the layer
 //
-// A Rule names a limit, the Limiter that enforces it, and the Descriptors
+// A Rule names a limit, the Store that enforces it, and the Descriptors
 // it counts per, the way envoyproxy/ratelimit reads: a domain and key/value
 // entries (the client key, the route, or any value a function draws from
 // the request's context, such as a client IP or a user). NewLayer holds
@@ -82,7 +96,7 @@
 // of the rule closest to exhaustion for the RateLimit headers. Releasing it
 // with shed.Unused (a later layer rejected the request) refunds its units.
 //
-// A Limiter error never becomes a 500: the request is admitted with
+// A Store error never becomes a 500: the request is admitted with
 // Lease.Fallback set, the chain's observer records the fallback, and
 // LayerConfig.OnError is told.
 package ratelimit

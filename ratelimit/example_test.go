@@ -53,8 +53,8 @@ func ExampleNewLayer() {
 	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{
 		Clock: clock,
 		Rules: []ratelimit.Rule{
-			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
-			{Name: "charges", Domain: "api", Limiter: perRoute,
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+			{Name: "charges", Domain: "api", Store: perRoute,
 				Descriptors: []ratelimit.Descriptor{ratelimit.RouteIs("POST /v1/charges")}},
 		},
 	})
@@ -103,8 +103,8 @@ func ExampleRule_perIPAndPerUser() {
 		return ip
 	})
 	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Clock: clock, Rules: []ratelimit.Rule{
-		{Name: "per-ip", Descriptors: []ratelimit.Descriptor{byIP}, Limiter: perIP},
-		{Name: "per-user", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perUser},
+		{Name: "per-ip", Descriptors: []ratelimit.Descriptor{byIP}, Store: perIP},
+		{Name: "per-user", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perUser},
 	}})
 	if err != nil {
 		panic(err)

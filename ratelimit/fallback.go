@@ -17,13 +17,13 @@ var errRedisDown = errors.New("ratelimit: redis failed recently; deciding locall
 // counted in Redis moved), which is rare and never during an outage.
 type shareFallback struct {
 	n   int
-	lim Limiter
+	lim Store
 }
 
-// fallbackLimiter returns the limiter deciding while Redis does not
+// fallbackStore returns the limiter deciding while Redis does not
 // answer: the caller's RedisConfig.Fallback, or the share of the limit
 // among the instances now counted.
-func (r *Redis) fallbackLimiter() Limiter {
+func (r *Redis) fallbackStore() Store {
 	if r.userFall != nil {
 		return r.userFall
 	}
@@ -36,23 +36,23 @@ func (r *Redis) fallbackLimiter() Limiter {
 	if cur != nil && cur.n == n {
 		return cur.lim
 	}
-	next := &shareFallback{n: n, lim: r.newShareLimiter(n)}
+	next := &shareFallback{n: n, lim: r.newShareStore(n)}
 	if !r.shared.CompareAndSwap(cur, next) {
-		closeLimiter(next.lim)
+		closeStore(next.lim)
 		return r.shared.Load().lim
 	}
 	if cur != nil {
 		// Decisions in progress on it still get answers: Close only stops
 		// its sweeper.
-		closeLimiter(cur.lim)
+		closeStore(cur.lim)
 	}
 	return next.lim
 }
 
-// newShareLimiter builds the in-memory limiter of limit's share among n
+// newShareStore builds the in-memory limiter of limit's share among n
 // (redisx.Share: rounded down, so the fleet never admits more than the
 // limit); a share of nothing refuses every request.
-func (r *Redis) newShareLimiter(n int) Limiter {
+func (r *Redis) newShareStore(n int) Store {
 	s := r.limit
 	s.Quantity = redisx.Share(r.limit.Quantity, n)
 	if r.limit.Burst > 0 {
@@ -69,7 +69,7 @@ func (r *Redis) newShareLimiter(n int) Limiter {
 	return m
 }
 
-func closeLimiter(l Limiter) {
+func closeStore(l Store) {
 	if c, ok := l.(interface{ Close() error }); ok {
 		_ = c.Close()
 	}
@@ -95,7 +95,7 @@ func (f refuseAll) Algorithm() Algorithm                      { return f.alg }
 // whole limit would admit, is refused as over the limit rather than as an
 // error: the request is valid, only the estimate is smaller.
 func (r *Redis) decideLocally(ctx context.Context, key string, cost int64, cause error) (Result, bool, error) {
-	fb := r.fallbackLimiter()
+	fb := r.fallbackStore()
 	res, err := fb.Allow(ctx, key, cost)
 	if err != nil {
 		if !errors.Is(err, ErrCostAboveBurst) {

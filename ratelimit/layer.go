@@ -12,14 +12,17 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// LayerName is the name every rate-limit layer reports.
-const LayerName = "ratelimit"
+// DefaultName is a layer's name when LayerConfig.Name is empty.
+const DefaultName = "ratelimit"
 
 // MaxRules is the most rules one layer holds.
 const MaxRules = 8
 
 // LayerConfig configures a Layer.
 type LayerConfig struct {
+	// Name is the layer's name in rejections, events and metrics (default
+	// DefaultName), so that two rate-limit layers are told apart.
+	Name string
 	// Rules are the limits, checked in order. Required, 1 to MaxRules.
 	Rules []Rule
 	// Enforcement is the mode (hard, soft, elastic), dry run and action
@@ -30,7 +33,7 @@ type LayerConfig struct {
 	// requests (default shed.SystemClock). Enforcement.Queue.Clock, when
 	// nil, gets it too.
 	Clock shed.Clock
-	// OnError, when set, is told of every Limiter error other than a cost
+	// OnError, when set, is told of every Store error other than a cost
 	// that can never be admitted (a Redis store that did not answer, say).
 	// The request is admitted all the same, with Lease.Fallback set. It is
 	// called on the request's goroutine and must be quick.
@@ -49,10 +52,10 @@ type LayerConfig struct {
 // with shed.Unused (a later layer rejected the request, so it never ran)
 // refunds its units too; any other outcome keeps them.
 //
-// When a Limiter fails (a Redis store that is down and has no fallback),
+// When a Store fails (a Redis store that is down and has no fallback),
 // the layer does not turn it into an error: the rule is skipped, the
 // request is admitted with Lease.Fallback set (so the chain's observer
-// records a fallback event) and LayerConfig.OnError is told. A Limiter that
+// records a fallback event) and LayerConfig.OnError is told. A Store that
 // is a FallbackDecider (the Redis store) and decided from its local
 // fallback sets Lease.Fallback (or Rejection.Fallback) too.
 //
@@ -65,6 +68,7 @@ type LayerConfig struct {
 // Redis limiter the waiters of one key are served one round trip at a time.
 // Rules whose keys are equal strings share queues and soft episodes.
 type Layer struct {
+	name  string
 	rules []*compiledRule
 	enf   shed.Enforcement
 	clock shed.Clock
@@ -90,7 +94,10 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 	if cfg.MaxKeys < 0 {
 		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys))
 	}
-	l := &Layer{enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
+	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
+	if l.name == "" {
+		l.name = DefaultName
+	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
 		maxKeys = 1 << 16
@@ -136,11 +143,11 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 // owns reports whether c is the only rule of the layer using its limiter.
 // Limiters of types that cannot be compared count as shared.
 func (l *Layer) owns(c *compiledRule) bool {
-	if !reflect.TypeOf(c.Limiter).Comparable() {
+	if !reflect.TypeOf(c.Store).Comparable() {
 		return false
 	}
 	for _, o := range l.rules {
-		if o != c && reflect.TypeOf(o.Limiter) == reflect.TypeOf(c.Limiter) && o.Limiter == c.Limiter {
+		if o != c && reflect.TypeOf(o.Store) == reflect.TypeOf(c.Store) && o.Store == c.Store {
 			return false
 		}
 	}
@@ -156,11 +163,11 @@ func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory
 	if lim.Burst > 0 {
 		o.Burst = extra(lim.Burst)
 	}
-	return NewMemory(c.Limiter.Algorithm(), o, MemoryConfig{Clock: clock})
+	return NewMemory(c.Store.Algorithm(), o, MemoryConfig{Clock: clock})
 }
 
-// Name returns "ratelimit".
-func (l *Layer) Name() string { return LayerName }
+// Name returns the layer's name (LayerConfig.Name, default "ratelimit").
+func (l *Layer) Name() string { return l.name }
 
 // Close stops the sweepers of the overage limiters the layer built. The
 // rules' own limiters are the caller's to close.
@@ -169,6 +176,9 @@ func (l *Layer) Close() error {
 		if c.ownOverage != nil {
 			c.ownOverage.Close()
 		}
+		if c.ownStore != nil {
+			c.ownStore.Close()
+		}
 	}
 	return nil
 }
@@ -176,7 +186,7 @@ func (l *Layer) Close() error {
 // taken is what one rule took for a request.
 type taken struct {
 	rule    int8
-	overage bool // from the rule's Overage, not its Limiter
+	overage bool // from the rule's Overage, not its Store
 	key     string
 }
 
@@ -225,7 +235,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 			r, fb, err = c.decider.Decide(ctx, key, a.cost)
 			a.fallback = a.fallback || fb
 		} else {
-			r, err = c.Limiter.Allow(ctx, key, a.cost)
+			r, err = c.Store.Allow(ctx, key, a.cost)
 		}
 		if err != nil {
 			if errors.Is(err, ErrCostAboveBurst) {
@@ -278,7 +288,7 @@ func (l *Layer) refund(t *ticket, notify bool) {
 	for i := 0; i < t.n; i++ {
 		tk := &t.taken[i]
 		c := l.rules[tk.rule]
-		lim := c.Limiter
+		lim := c.Store
 		if tk.overage {
 			lim = c.Overage
 		}
@@ -351,7 +361,7 @@ func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Re
 	if a.never {
 		reason = "request cost exceeds the rate limit"
 	}
-	rj := shed.Throttled(LayerName, *req, reason, a.retry, a.denied)
+	rj := shed.Throttled(reason, a.retry, a.denied)
 	rj.Fallback = a.fallback
 	return rj
 }

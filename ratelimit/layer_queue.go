@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +150,7 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 }
 
 func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
-	err = shed.QueueRejection(LayerName, *req, http.StatusTooManyRequests, err, waited)
+	err = shed.QueueRejection(shed.StatusTooManyRequests, err, waited)
 	var rj *shed.Rejection
 	if errors.As(err, &rj) {
 		rj.RetryAfter = a.retry

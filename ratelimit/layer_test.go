@@ -45,7 +45,7 @@ var byIP = By("ip", func(ctx context.Context, _ shed.Request) string {
 func TestLayerRejectsWith429AndPolicies(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(2))},
+		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(2))},
 	}})
 	ctx := context.Background()
 	req := shed.Request{Key: "alice", Cost: 1}
@@ -64,7 +64,7 @@ func TestLayerRejectsWith429AndPolicies(t *testing.T) {
 	_, err := l.Acquire(ctx, req)
 	rj := shedtest.Rejection(t, err)
 	want := shed.Quota{Policy: "per-key", Limit: 2, Window: time.Minute, Remaining: 0, Reset: 45 * time.Second}
-	if rj.Status != http.StatusTooManyRequests || rj.RetryAfter != 45*time.Second || len(rj.Policies) != 1 || rj.Policies[0] != want || rj.Layer != "ratelimit" {
+	if rj.Status != http.StatusTooManyRequests || rj.RetryAfter != 45*time.Second || len(rj.Policies) != 1 || rj.Policies[0] != want {
 		t.Fatalf("rejection %+v", rj)
 	}
 	// another key is not affected
@@ -78,8 +78,8 @@ func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
 	perIP := mem(t, clk, TokenBucket, PerMinute(10))
 	perUser := mem(t, clk, TokenBucket, PerMinute(1))
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "per-ip", Descriptors: []Descriptor{byIP}, Limiter: perIP},
-		{Name: "per-user", Descriptors: []Descriptor{ByKey}, Limiter: perUser},
+		{Name: "per-ip", Descriptors: []Descriptor{byIP}, Store: perIP},
+		{Name: "per-user", Descriptors: []Descriptor{ByKey}, Store: perUser},
 	}})
 	ctx := context.WithValue(context.Background(), ipKey{}, "10.0.0.1")
 	lease, err := l.Acquire(ctx, shed.Request{Key: "u1"})
@@ -109,7 +109,7 @@ func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
 func TestLayerReleaseUnusedRefunds(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	lim := mem(t, clk, SlidingLog, PerMinute(1))
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: lim}}})
+	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: lim}}})
 	ctx := context.Background()
 	req := shed.Request{Key: "a"}
 	lease, err := l.Acquire(ctx, req)
@@ -138,8 +138,8 @@ func TestLayerDescriptorsAndDomains(t *testing.T) {
 	shared := mem(t, clk, FixedWindow, PerMinute(1))
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
 		// both rules share one limiter: their keys must not meet
-		{Name: "charges", Domain: "api", Descriptors: []Descriptor{RouteIs("POST /charges"), ByKey}, Limiter: shared},
-		{Name: "routes", Domain: "api", Descriptors: []Descriptor{ByRoute}, Limiter: shared},
+		{Name: "charges", Domain: "api", Descriptors: []Descriptor{RouteIs("POST /charges"), ByKey}, Store: shared},
+		{Name: "routes", Domain: "api", Descriptors: []Descriptor{ByRoute}, Store: shared},
 	}})
 	ctx := context.Background()
 	ok := func(req shed.Request) {
@@ -167,7 +167,7 @@ func TestLayerDescriptorsAndDomains(t *testing.T) {
 func TestLayerDryRunNeverRejects(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(2))},
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
 	}})
 	dry := 0
 	for i := 0; i < 10; i++ {
@@ -189,7 +189,7 @@ func TestLayerDryRunNeverRejects(t *testing.T) {
 func TestLayerCostAboveBurst(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(2))},
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
 	}})
 	_, err := l.Acquire(context.Background(), shed.Request{Key: "a", Cost: 3})
 	if rj := shedtest.Rejection(t, err); rj.Status != 429 || rj.Reason != "request cost exceeds the rate limit" || rj.RetryAfter != 0 {
@@ -201,7 +201,7 @@ func TestLayerSoftAllowsBoundedOverage(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.2, OverageFor: 10 * time.Second},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(10))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(10))}}})
 	ctx := context.Background()
 	over := 0
 	for i := 0; i < 12; i++ {
@@ -247,7 +247,7 @@ func TestLayerElasticFollowsHeadroom(t *testing.T) {
 	headroom.Store(0.9)
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Elastic, Overage: 0.5, Headroom: shed.HeadroomFunc(func() float64 { return headroom.Load().(float64) })},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, SlidingWindow, PerMinute(4))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, SlidingWindow, PerMinute(4))}}})
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
 		l.Acquire(ctx, shed.Request{Key: "a"})
@@ -269,8 +269,8 @@ func TestLayerElasticFollowsHeadroom(t *testing.T) {
 	}
 }
 
-// failing is a Limiter whose store is down.
-type failing struct{ Limiter }
+// failing is a Store whose store is down.
+type failing struct{ Store }
 
 func (failing) Allow(context.Context, string, int64) (Result, error) {
 	return Result{}, errors.New("redis: connection refused")
@@ -283,7 +283,7 @@ func TestLayerLimiterErrorAdmitsWithFallback(t *testing.T) {
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		OnError: func(rule string, err error) { mu.Lock(); errs = append(errs, rule+": "+err.Error()); mu.Unlock() },
 		Rules: []Rule{{Name: "shared", Descriptors: []Descriptor{ByKey},
-			Limiter: &failing{mem(t, clk, TokenBucket, PerSecond(1))}}}})
+			Store: &failing{mem(t, clk, TokenBucket, PerSecond(1))}}}})
 	var events []shed.Event
 	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}, Clock: clk,
 		Observer: shed.ObserverFunc(func(e shed.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })})
@@ -337,7 +337,7 @@ func TestLayerQueueWaitsForRetryAfter(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 2, MaxWait: 5 * time.Second}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(1))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(1))}}})
 	ctx := context.Background()
 	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestLayerQueueTimesOutAndRefundWakes(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 5, MaxWait: 500 * time.Millisecond}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(1))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(1))}}})
 	ctx := context.Background()
 	lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
 	if err != nil {
@@ -413,7 +413,7 @@ func TestLayerLeakyBucketQueueShapes(t *testing.T) {
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 10, MaxWait: 10 * time.Second}},
 		Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey},
-			Limiter: mem(t, clk, LeakyBucket, Limit{Quantity: 10, Period: time.Second, Burst: 1})}}})
+			Store: mem(t, clk, LeakyBucket, Limit{Quantity: 10, Period: time.Second, Burst: 1})}}})
 	const n = 5
 	waits := make(chan time.Duration, n)
 	for i := 0; i < n; i++ {
@@ -446,15 +446,15 @@ func TestNewLayerRejectsBadConfig(t *testing.T) {
 		field string
 	}{
 		{LayerConfig{}, "LayerConfig.Rules"},
-		{LayerConfig{Rules: []Rule{{Name: "a b", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Rules[0].Name"},
-		{LayerConfig{Rules: []Rule{{Name: "", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Rules[0].Name"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}}}}, "Rules[0].Limiter"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Limiter: m}}}, "Rules[0].Descriptors"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{{Key: "user"}}, Limiter: m}}}, "needs From"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}, {Name: "a", Descriptors: []Descriptor{ByRoute}, Limiter: m}}}, "used twice"},
-		{LayerConfig{Enforcement: shed.Enforcement{Mode: shed.Elastic}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "Headroom"},
-		{LayerConfig{Enforcement: shed.Enforcement{Action: shed.Queue}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "MaxLength"},
-		{LayerConfig{MaxKeys: -1, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Limiter: m}}}, "LayerConfig.MaxKeys"},
+		{LayerConfig{Rules: []Rule{{Name: "a b", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Rules[0].Name"},
+		{LayerConfig{Rules: []Rule{{Name: "", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Rules[0].Name"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}}}}, "Rules[0].Store"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Store: m}}}, "Rules[0].Descriptors"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{{Key: "user"}}, Store: m}}}, "needs From"},
+		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}, {Name: "a", Descriptors: []Descriptor{ByRoute}, Store: m}}}, "used twice"},
+		{LayerConfig{Enforcement: shed.Enforcement{Mode: shed.Elastic}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Headroom"},
+		{LayerConfig{Enforcement: shed.Enforcement{Action: shed.Queue}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "MaxLength"},
+		{LayerConfig{MaxKeys: -1, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "LayerConfig.MaxKeys"},
 	}
 	for _, c := range cases {
 		if _, err := NewLayer(c.cfg); err == nil || !strings.Contains(err.Error(), c.field) {
@@ -474,7 +474,7 @@ func (d localDecider) Decide(ctx context.Context, key string, cost int64) (Resul
 func TestLayerFallbackDecider(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: localDecider{mem(t, clk, FixedWindow, PerMinute(1))}}}})
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: localDecider{mem(t, clk, FixedWindow, PerMinute(1))}}}})
 	lease, err := l.Acquire(context.Background(), shed.Request{Key: "a"})
 	if err != nil || !lease.Fallback {
 		t.Fatalf("lease %+v %v, want Fallback", lease, err)
@@ -489,8 +489,8 @@ func TestLayerCloseLeavesCallersLimiters(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	own := mem(t, clk, FixedWindow, PerMinute(1))
 	l, err := NewLayer(LayerConfig{Clock: clk, Enforcement: shed.Enforcement{Mode: shed.Soft}, Rules: []Rule{
-		{Name: "given", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerMinute(10)), Overage: own},
-		{Name: "built", Descriptors: []Descriptor{ByRoute}, Limiter: mem(t, clk, FixedWindow, PerMinute(10))},
+		{Name: "given", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(10)), Overage: own},
+		{Name: "built", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerMinute(10))},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -519,8 +519,8 @@ func TestLayerQueueStress(t *testing.T) {
 	l := newTestLayer(t, LayerConfig{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 100, MaxWait: time.Second}},
 		Rules: []Rule{
-			{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, FixedWindow, PerHour(limit))},
-			{Name: "ip", Descriptors: []Descriptor{byIP}, Limiter: mem(t, clk, SlidingLog, PerHour(1000))},
+			{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(limit))},
+			{Name: "ip", Descriptors: []Descriptor{byIP}, Store: mem(t, clk, SlidingLog, PerHour(1000))},
 		}})
 	var kept, refunded, rejected, active atomic.Int64
 	active.Store(workers)

@@ -119,9 +119,9 @@ type Result struct {
 	ResetAfter time.Duration
 }
 
-// Limiter decides for one limit and one algorithm, per key. Implementations
+// Store decides for one limit and one algorithm, per key. Implementations
 // are safe for concurrent use.
-type Limiter interface {
+type Store interface {
 	// Allow takes cost units for key if the limit allows it.
 	Allow(ctx context.Context, key string, cost int64) (Result, error)
 	// Refund gives back cost units taken for key, where the algorithm can

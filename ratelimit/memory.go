@@ -34,7 +34,7 @@ type MemoryConfig struct {
 	Clock shed.Clock
 }
 
-// Memory is the in-memory Limiter for one algorithm and one limit. It is
+// Memory is the in-memory Store for one algorithm and one limit. It is
 // safe for concurrent use. Decisions on keys it already holds take no lock
 // shared across keys and allocate nothing. Call Close to stop its sweeper.
 //

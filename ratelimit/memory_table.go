@@ -15,8 +15,11 @@ import (
 // the shard's mutex. A slot, once given a key, belongs to that key for the
 // table's life: a removed key's cell is marked dead and its slot left as a
 // tombstone, never reused, so a reader that found a slot can trust it (a
-// dead cell sends it to the locked path). When tombstones and keys fill
-// half a table, it is rebuilt: each live cell is moved to a new table
+// dead cell sends it to the locked path). When keys fill half a table it
+// is rebuilt twice as large; when keys and tombstones fill three quarters
+// of it, at the same size (so a shard at its cap, where every insert
+// evicts, keeps the table of its live keys). A rebuild moves each live
+// cell to a new table
 // (moveTo marks the old one dead, atomically with decisions on it, so no
 // decision is lost), and the new table is published.
 type keyed[E any, C cell[E]] struct {
@@ -132,11 +135,18 @@ func (k *keyed[E, C]) insert(sh *shard[E], h uint64, now int64) *E {
 	if sh.live >= k.shardCap {
 		k.evict(sh, t, h, now)
 	}
-	if (sh.live+sh.tombs+1)*2 > len(t.slots) {
-		size := len(t.slots)
-		if (sh.live+1)*4 > size { // mostly keys: grow; else only drop the tombstones
-			size *= 2
-		}
+	switch size := len(t.slots); {
+	case (sh.live+1)*2 > size:
+		// Keys alone would fill half the table: grow.
+		t = k.rebuild(sh, 2*size)
+	case (sh.live+sh.tombs+1)*4 > 3*size:
+		// Keys and tombstones fill three quarters: drop the tombstones,
+		// keeping the size. A shard at its cap evicts a key (and leaves a
+		// tombstone) per insert; growing here, as the keys' growth rule
+		// would, doubled the table of every full shard. Keys fill at most
+		// half the table, so at least a quarter of it fills with tombstones
+		// between two rebuilds: a rebuild's cost, amortised, is at most
+		// four moves per insert.
 		t = k.rebuild(sh, size)
 	}
 	for i := h & t.mask; ; i = (i + 1) & t.mask {

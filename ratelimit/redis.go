@@ -61,7 +61,7 @@ type RedisConfig struct {
 	ExpectedInstances int
 	// Fallback, when set, decides while Redis is unreachable instead of the
 	// in-memory limiter of the share above (and no presence is kept).
-	Fallback Limiter
+	Fallback Store
 	// OverLimitKeys bounds the local cache of keys Redis has found over
 	// their limit, answered without a round trip until a unit is back
 	// (default DefaultOverLimitKeys; negative disables the cache).
@@ -81,16 +81,16 @@ type RedisConfig struct {
 	Clock shed.Clock
 }
 
-// FallbackDecider is a Limiter that can tell whether a decision came from
+// FallbackDecider is a Store that can tell whether a decision came from
 // its local fallback because its shared store did not answer. Layers use it
 // to mark the lease (shed.Lease.Fallback) and the event.
 type FallbackDecider interface {
-	Limiter
+	Store
 	// Decide is Allow that also reports whether the local fallback decided.
 	Decide(ctx context.Context, key string, cost int64) (r Result, fallback bool, err error)
 }
 
-// Redis is the Redis-backed Limiter for one algorithm and one limit, shared
+// Redis is the Redis-backed Store for one algorithm and one limit, shared
 // by every process that uses the same Redis, prefix and algorithm. It is
 // safe for concurrent use. docs/redis.md tells the whole story; in short:
 //
@@ -130,7 +130,7 @@ type Redis struct {
 
 	// The fallback: the caller's, or the share among expected (when set)
 	// or counted instances.
-	userFall    Limiter
+	userFall    Store
 	expected    int
 	presence    *redisx.Presence
 	leave       func()
@@ -286,7 +286,10 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 	case ctx.Err() != nil:
 		// Cut short by the caller's own context: says nothing about Redis.
 	case redisx.IsOutage(err):
-		r.gate.Failed(t)
+		// At the failure, not at the start: the interval counts from when
+		// Redis was last found unresponsive, so the layers after this one
+		// in the same request do not wait for it again.
+		r.gate.Failed(r.clock.Now().UnixNano())
 	default:
 		// It answered, if only with an error for this key.
 		r.gate.Answered()
@@ -308,7 +311,7 @@ func (r *Redis) Refund(ctx context.Context, key string, cost int64) error {
 		return nil
 	}
 	if _, err := r.roundTrip(ctx, opRefund, key, cost, cost, r.clock.Now()); err != nil {
-		return r.fallbackLimiter().Refund(ctx, key, cost)
+		return r.fallbackStore().Refund(ctx, key, cost)
 	}
 	return nil
 }
@@ -324,7 +327,7 @@ func (r *Redis) Algorithm() Algorithm { return r.alg }
 // client, which the caller owns.
 func (r *Redis) Close() error {
 	if f := r.shared.Swap(nil); f != nil {
-		closeLimiter(f.lim)
+		closeStore(f.lim)
 	}
 	if r.leave != nil {
 		r.leave()

@@ -15,7 +15,7 @@ func init() {
 	contractStores = append(contractStores, contractStore{name: "redis", open: openRedis})
 }
 
-func openRedis(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Limiter, func(time.Time)) {
+func openRedis(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Store, func(time.Time)) {
 	t.Helper()
 	clk := shedtest.NewClock(start)
 	r := fixedRedis(t, testRedisClient(t), clk, alg, limit, RedisConfig{OverLimitKeys: -1})

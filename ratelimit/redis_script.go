@@ -147,8 +147,10 @@ func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (
 	f.args[1], f.args[2], f.args[3] = want, takeMax, r.ttlSlackArg
 	n := 4 + copy(f.args[4:], r.args.figures[:r.args.n])
 	args := f.args[:n]
-	// Slice, not Int64Slice, which would copy the reply into a new []int64.
-	v, err := r.script.Run(ctx, r.client, f.keys[:], args...).Slice()
+	// RunOnce: a decision run twice would charge twice, and a refund give
+	// back twice (see redisx.Script). Slice, not Int64Slice, which would
+	// copy the reply into a new []int64.
+	v, err := r.script.RunOnce(ctx, r.client, f.keys[:], args...).Slice()
 	if err != nil {
 		return reply{}, err
 	}

@@ -66,7 +66,7 @@ const redisReady = "Ready to accept connections"
 
 // runContractOn runs every contract step table on a store built on client.
 func runContractOn(t *testing.T, client redis.UniversalClient) {
-	st := contractStore{name: "topology", open: func(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Limiter, func(time.Time)) {
+	st := contractStore{name: "topology", open: func(t *testing.T, alg Algorithm, limit Limit, start time.Time) (Store, func(time.Time)) {
 		clk := shedtest.NewClock(start)
 		return fixedRedis(t, client, clk, alg, limit, RedisConfig{OverLimitKeys: -1}), clk.Set
 	}}

@@ -63,20 +63,20 @@ type Rule struct {
 	// Descriptors say what the rule counts per, in order. Required, 1 to
 	// MaxDescriptors entries.
 	Descriptors []Descriptor
-	// Limiter enforces the limit: a *Memory, a Redis-backed limiter, any
-	// Limiter. Required. When a rule is the only one of its layer using its
+	// Store enforces the limit: a *Memory, a Redis-backed limiter, any
+	// Store. Required. When a rule is the only one of its layer using its
 	// limiter and counts per one entry, the limiter sees that entry's value
 	// as the key (escaped, or digested when long); otherwise keys carry the
 	// domain, the rule's name and every entry, so rules may share a limiter.
 	// Do not share one limiter between layers.
-	Limiter Limiter
+	Store Store
 	// Overage is what the Soft and Elastic modes take units from once
-	// Limiter is exhausted, per key. Nil: the layer builds an in-memory
+	// Store is exhausted, per key. Nil: the layer builds an in-memory
 	// limiter of the same algorithm sized to the overage
 	// (Enforcement.Ceiling(Quantity) − Quantity per Period). With a shared
-	// (Redis) Limiter, give a shared Overage too, or each instance allows its
+	// (Redis) Store, give a shared Overage too, or each instance allows its
 	// own overage.
-	Overage Limiter
+	Overage Store
 }
 
 // MaxDescriptors is the most entries one rule may have.
@@ -102,9 +102,11 @@ type compiledRule struct {
 	prefix  []byte // escaped length-prefixed domain and name
 	bare    bool   // the key is the only entry's value alone
 	limit   Limit
-	decider FallbackDecider // Limiter, when it tells fallback decisions apart
+	decider FallbackDecider // Store, when it tells fallback decisions apart
 	// ownOverage is the overage limiter the layer built (and closes).
 	ownOverage *Memory
+	// ownStore is the store PerKey built (and the layer closes).
+	ownStore *Memory
 }
 
 func validName(s string) bool {
@@ -126,8 +128,8 @@ func compileRule(i int, r Rule) (*compiledRule, error) {
 	if !validName(r.Name) {
 		errs = append(errs, fmt.Errorf("ratelimit: %s.Name %q must be 1 to 64 letters, digits, '-', '_' or '.'", field, r.Name))
 	}
-	if r.Limiter == nil {
-		errs = append(errs, fmt.Errorf("ratelimit: %s.Limiter is required", field))
+	if r.Store == nil {
+		errs = append(errs, fmt.Errorf("ratelimit: %s.Store is required", field))
 	}
 	if n := len(r.Descriptors); n == 0 || n > MaxDescriptors {
 		errs = append(errs, fmt.Errorf("ratelimit: %s.Descriptors must have 1 to %d entries, got %d", field, MaxDescriptors, n))
@@ -156,8 +158,8 @@ func compileRule(i int, r Rule) (*compiledRule, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c.limit = r.Limiter.Limit()
-	c.decider, _ = r.Limiter.(FallbackDecider)
+	c.limit = r.Store.Limit()
+	c.decider, _ = r.Store.(FallbackDecider)
 	var pre []byte
 	pre = appendPart(pre, r.Domain)
 	pre = appendPart(pre, r.Name)
@@ -192,7 +194,7 @@ func (c *compiledRule) value(ctx context.Context, req *shed.Request, j int) (str
 // and '%', '#', '{', '}' become %XX), so they hold no space, newline or
 // brace and cannot reach another namespace in Redis. A key longer than
 // MaxRuleKeyBytes becomes '#' and its SHA-256, which no escaped key can
-// equal since escaped keys hold no '#'. A bare key (see Rule.Limiter) whose
+// equal since escaped keys hold no '#'. A bare key (see Rule.Store) whose
 // value needs no escaping is the value itself, without allocating.
 func (c *compiledRule) key(ctx context.Context, req *shed.Request) (string, bool) {
 	if c.bare {

@@ -22,10 +22,10 @@ func ruleKeys(t testing.TB) (two, bare *compiledRule) {
 	t.Helper()
 	m := mem(t, shedtest.NewClock(contractStart), FixedWindow, PerSecond(1))
 	l, err := NewLayer(LayerConfig{Rules: []Rule{
-		{Name: "two", Domain: "api", Limiter: m, Descriptors: []Descriptor{
+		{Name: "two", Domain: "api", Store: m, Descriptors: []Descriptor{
 			By("x", fromVals(func(v fuzzVals) string { return v.a })),
 			By("y", fromVals(func(v fuzzVals) string { return v.b }))}},
-		{Name: "bare", Limiter: mem(t, shedtest.NewClock(contractStart), FixedWindow, PerSecond(1)), Descriptors: []Descriptor{
+		{Name: "bare", Store: mem(t, shedtest.NewClock(contractStart), FixedWindow, PerSecond(1)), Descriptors: []Descriptor{
 			By("x", fromVals(func(v fuzzVals) string { return v.a }))}},
 	}})
 	if err != nil {
@@ -110,7 +110,7 @@ func TestRuleKeyBareNeedsNoAllocation(t *testing.T) {
 	}
 	clk := shedtest.NewClock(contractStart)
 	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Limiter: mem(t, clk, TokenBucket, PerSecond(10))}}})
+		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
 	req := shed.Request{Key: "client-1"}
 	n := testing.AllocsPerRun(100, func() {
 		if k, _ := l.rules[0].key(context.Background(), &req); k != "client-1" {

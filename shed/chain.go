@@ -56,6 +56,9 @@ func NewChain(cfg Config) (*Chain, error) {
 // Layers returns the chain's layers, in order.
 func (c *Chain) Layers() []Layer { return append([]Layer(nil), c.layers...) }
 
+// Len returns how many layers the chain runs.
+func (c *Chain) Len() int { return len(c.layers) }
+
 // Grant holds the leases one admitted request took from the chain's layers.
 // Its zero value holds nothing. Release it exactly once, when the work ends.
 type Grant struct {
@@ -87,14 +90,16 @@ func (g *Grant) release(i int, o Outcome) {
 	}
 	l.Release(o)
 	if c := g.chain; c != nil && c.obs != nil {
-		c.obs.Observe(Event{Layer: c.names[i], Priority: g.req.Priority, Kind: Released, Outcome: o})
+		c.obs.Observe(Event{Layer: c.names[i], Priority: g.req.Priority, Kind: Released, Outcome: o,
+			Policy: l.Quota.Policy, Route: g.req.Route})
 	}
 }
 
-// Prepare fills in what the layers expect of a request: a cost of at least
-// 1, the context's deadline when the request has none, and the context's
-// priority (WithPriority) when the request says Default.
-func Prepare(ctx context.Context, req Request) Request {
+// prepare fills in what the layers expect of a request, once per chain
+// run: a cost of at least 1, the context's deadline when the request has
+// none, and a resolved priority (the context's, WithPriority, when the
+// request's is Unset; else Default), so that no layer sees Unset.
+func prepare(ctx context.Context, req Request) Request {
 	if req.Cost < 1 {
 		req.Cost = 1
 	}
@@ -103,8 +108,9 @@ func Prepare(ctx context.Context, req Request) Request {
 			req.Deadline = d
 		}
 	}
-	if req.Priority == Default {
-		if p, ok := PriorityFrom(ctx); ok {
+	if !req.Priority.Valid() {
+		req.Priority = Default
+		if p, ok := PriorityFrom(ctx); ok && p.Valid() {
 			req.Priority = p
 		}
 	}
@@ -113,10 +119,11 @@ func Prepare(ctx context.Context, req Request) Request {
 
 // Acquire runs req through every layer, filling g with their leases. On a
 // rejection it releases what earlier layers granted (with Unused) and
-// returns the layer's error (a *Rejection, or a context error when the
-// caller went away while waiting); g then holds nothing.
+// returns the layer's error (a *Rejection, with Layer and Priority filled
+// in by the chain, or a context error when the caller went away while
+// waiting); g then holds nothing.
 func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
-	req = Prepare(ctx, req)
+	req = prepare(ctx, req)
 	g.chain, g.req, g.n = c, req, 0
 	// A layer that panics must not leak what the layers before it granted.
 	returned := false
@@ -138,8 +145,9 @@ func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
 		}
 		if err != nil {
 			returned = true
+			rej := stamp(err, c.names[i], req.Priority)
 			if c.obs != nil {
-				c.obs.Observe(RejectedEvent(c.names[i], req, err, end.Sub(start)))
+				c.obs.Observe(rejectedEvent(c.names[i], &req, rej, end.Sub(start)))
 			}
 			g.Release(Unused)
 			return err
@@ -147,12 +155,37 @@ func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
 		g.leases[i] = lease
 		g.n = i + 1
 		if c.obs != nil {
-			c.obs.Observe(AdmittedEvent(c.names[i], req, &g.leases[i], end.Sub(start)))
+			c.obs.Observe(admittedEvent(c.names[i], &req, &g.leases[i], end.Sub(start)))
 		}
 		start = end
 	}
 	returned = true
 	return nil
+}
+
+// stamp writes the layer's name and the request's priority into the
+// rejection in err, so that layers need not carry them, and returns it
+// (nil for an error that is no rejection: a caller gone while waiting).
+func stamp(err error, layer string, p Priority) *Rejection {
+	rej, ok := err.(*Rejection)
+	if !ok {
+		rej, ok = asRejection(err)
+	}
+	if !ok {
+		return nil
+	}
+	rej.Layer, rej.Priority = layer, p
+	return rej
+}
+
+// asRejection is errors.As for a wrapped rejection, apart so that the
+// common, unwrapped case does not pay for its escaping target.
+//
+//go:noinline
+func asRejection(err error) (*Rejection, bool) {
+	var rej *Rejection
+	ok := errors.As(err, &rej)
+	return rej, ok
 }
 
 // Do runs fn if every layer admits req, and releases the leases when fn
@@ -184,8 +217,21 @@ var grantPool = sync.Pool{New: func() any { return new(Grant) }}
 // putGrant clears g, so that a pooled Grant keeps no layer's handles or the
 // request's strings alive, and pools it.
 func putGrant(g *Grant) {
-	*g = Grant{}
+	g.Reset()
 	grantPool.Put(g)
+}
+
+// Reset clears g for reuse by another request, so that a pooled Grant keeps
+// no layer's handles or the request's strings alive. Only the leases its
+// chain can have written are cleared, not the whole Grant (over a
+// kilobyte). Reset does not release: call Release first.
+func (g *Grant) Reset() {
+	n := MaxLayers
+	if g.chain != nil {
+		n = len(g.chain.layers)
+	}
+	clear(g.leases[:n])
+	g.chain, g.req, g.n = nil, Request{}, 0
 }
 
 // OutcomeOf classifies how work ended: Dropped when ctx is done (the caller

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -131,14 +130,15 @@ func TestChainRunsLayersInOrderAndReleasesInReverse(t *testing.T) {
 func TestChainRejectionReleasesEarlierLeasesUnused(t *testing.T) {
 	var tr trace
 	ls := traced(&tr, "a", "b", "c", "d")
-	rej := shed.Shed("c", shed.Request{}, "overloaded", time.Second)
+	rej := shed.Shed("overloaded", time.Second)
 	ls[2].Reject(rej)
 	c := chainOf(t, nil, ls...)
 	var g shed.Grant
 	err := c.Acquire(context.Background(), shed.Request{Priority: shed.Sheddable}, &g)
 	var got *shed.Rejection
-	if !errors.As(err, &got) || got != rej || !errors.Is(err, shed.ErrRejected) {
-		t.Fatalf("Acquire = %v; want the layer's rejection", err)
+	if !errors.As(err, &got) || got.Reason != rej.Reason || got.Layer != "c" || got.Priority != shed.Sheddable ||
+		!errors.Is(err, shed.ErrRejected) {
+		t.Fatalf("Acquire = %v; want the layer's rejection, stamped with its name and the priority", err)
 	}
 	want := "acquire:a acquire:b acquire:c release:b:unused release:a:unused"
 	if tr.String() != want {
@@ -168,7 +168,7 @@ func TestChainRejectionReleasesEarlierLeasesUnused(t *testing.T) {
 func TestChainFirstLayerRejects(t *testing.T) {
 	var tr trace
 	ls := traced(&tr, "a", "b")
-	ls[0].Reject(shed.Throttled("a", shed.Request{}, "rate limit exceeded", 0))
+	ls[0].Reject(shed.Throttled("rate limit exceeded", 0))
 	c := chainOf(t, nil, ls...)
 	ran := false
 	err := c.Do(context.Background(), shed.Request{}, func(context.Context) error { ran = true; return nil })
@@ -272,6 +272,7 @@ func (l *flagLayer) Acquire(context.Context, shed.Request) (shed.Lease, error) {
 	l.clock.Advance(l.took)
 	lease := shed.NewLease(l)
 	lease.DryRun, lease.Over, lease.Waited, lease.Fallback = l.lease.DryRun, l.lease.Over, l.lease.Waited, l.lease.Fallback
+	lease.Quota = l.lease.Quota
 	return lease, nil
 }
 
@@ -313,21 +314,23 @@ func TestChainObserver(t *testing.T) {
 
 	// A rejection after a wait, then a context error.
 	events = nil
-	rej := shed.Shed("last", req, "queue wait timed out", 0)
+	// Events carry the route and the policy that decided.
+	rej := shed.Shed("queue wait timed out", 0, shed.Quota{Policy: "overall", Limit: 4})
 	rej.Waited = 3 * time.Second
 	last.Reject(rej)
-	queued.took, queued.lease = 0, shed.Lease{}
+	queued.took, queued.lease = 0, shed.Lease{Quota: shed.Quota{Policy: "per-key", Limit: 9}}
 	dry.took, dry.lease = 0, shed.Lease{}
-	if err := c.Do(context.Background(), req, nil); !errors.Is(err, shed.ErrRejected) {
+	routed := shed.Request{Priority: shed.Critical, Route: "GET /x/{id}"}
+	if err := c.Do(context.Background(), routed, nil); !errors.Is(err, shed.ErrRejected) {
 		t.Fatalf("Do = %v", err)
 	}
 	checkEvents(t, events, []shed.Event{
-		{Layer: "queued", Priority: shed.Critical, Kind: shed.Admitted},
-		{Layer: "dry", Priority: shed.Critical, Kind: shed.Admitted},
-		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: http.StatusServiceUnavailable,
-			Queued: true, Wait: 3 * time.Second},
-		{Layer: "dry", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused},
-		{Layer: "queued", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused},
+		{Layer: "queued", Priority: shed.Critical, Kind: shed.Admitted, Policy: "per-key", Route: "GET /x/{id}"},
+		{Layer: "dry", Priority: shed.Critical, Kind: shed.Admitted, Route: "GET /x/{id}"},
+		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: shed.StatusServiceUnavailable,
+			Queued: true, Wait: 3 * time.Second, Policy: "overall", Route: "GET /x/{id}"},
+		{Layer: "dry", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Route: "GET /x/{id}"},
+		{Layer: "queued", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Policy: "per-key", Route: "GET /x/{id}"},
 	})
 	events = nil
 	last.Reject(fmt.Errorf("gave up: %w", context.DeadlineExceeded))
@@ -360,7 +363,7 @@ func TestEventKindWords(t *testing.T) {
 	}
 }
 
-func TestPrepare(t *testing.T) {
+func TestChainPreparesRequest(t *testing.T) {
 	dl := t0.Add(time.Minute)
 	ctxDL, cancel := context.WithDeadline(context.Background(), dl)
 	defer cancel()
@@ -371,23 +374,40 @@ func TestPrepare(t *testing.T) {
 		in   shed.Request
 		want shed.Request
 	}{
-		{"cost floor", context.Background(), shed.Request{Cost: 0}, shed.Request{Cost: 1}},
-		{"negative cost", context.Background(), shed.Request{Cost: -5}, shed.Request{Cost: 1}},
-		{"cost kept", context.Background(), shed.Request{Cost: 7}, shed.Request{Cost: 7}},
-		{"deadline from ctx", ctxDL, shed.Request{}, shed.Request{Cost: 1, Deadline: dl}},
-		{"own deadline wins", ctxDL, shed.Request{Deadline: own}, shed.Request{Cost: 1, Deadline: own}},
+		{"cost floor", context.Background(), shed.Request{Cost: 0}, shed.Request{Cost: 1, Priority: shed.Default}},
+		{"negative cost", context.Background(), shed.Request{Cost: -5}, shed.Request{Cost: 1, Priority: shed.Default}},
+		{"cost kept", context.Background(), shed.Request{Cost: 7}, shed.Request{Cost: 7, Priority: shed.Default}},
+		{"deadline from ctx", ctxDL, shed.Request{}, shed.Request{Cost: 1, Deadline: dl, Priority: shed.Default}},
+		{"own deadline wins", ctxDL, shed.Request{Deadline: own}, shed.Request{Cost: 1, Deadline: own, Priority: shed.Default}},
 		{"priority from ctx", shed.WithPriority(context.Background(), shed.Critical), shed.Request{},
 			shed.Request{Cost: 1, Priority: shed.Critical}},
 		{"own priority wins", shed.WithPriority(context.Background(), shed.Critical), shed.Request{Priority: shed.Sheddable},
 			shed.Request{Cost: 1, Priority: shed.Sheddable}},
+		// Default on purpose is not "unset": the context does not override it.
+		{"own default wins", shed.WithPriority(context.Background(), shed.Critical), shed.Request{Priority: shed.Default},
+			shed.Request{Cost: 1, Priority: shed.Default}},
+		{"unset in ctx", shed.WithPriority(context.Background(), shed.Unset), shed.Request{},
+			shed.Request{Cost: 1, Priority: shed.Default}},
+		{"invalid resolved", context.Background(), shed.Request{Priority: 42},
+			shed.Request{Cost: 1, Priority: shed.Default}},
 		{"key and route kept", context.Background(), shed.Request{Key: "k", Route: "GET /x"},
-			shed.Request{Key: "k", Route: "GET /x", Cost: 1}},
+			shed.Request{Key: "k", Route: "GET /x", Cost: 1, Priority: shed.Default}},
 	} {
-		if got := shed.Prepare(tc.ctx, tc.in); got != tc.want {
-			t.Errorf("%s: Prepare = %+v, want %+v", tc.name, got, tc.want)
+		var got shed.Request
+		l := shedtest.NewLayer("l")
+		l.OnAcquire = func(_ context.Context, req shed.Request) { got = req }
+		c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(tc.ctx, tc.in, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%s: the layer saw %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
-	if p, ok := shed.PriorityFrom(context.Background()); ok || p != shed.Default {
+	if p, ok := shed.PriorityFrom(context.Background()); ok || p != shed.Unset {
 		t.Errorf("PriorityFrom(Background) = %v, %v", p, ok)
 	}
 	for _, tc := range []struct{ cost, units int64 }{{-1, 1}, {0, 1}, {1, 1}, {9, 9}} {
@@ -432,7 +452,7 @@ func TestChainConcurrent(t *testing.T) {
 			defer wg.Done()
 			for j := 0; j < 200; j++ {
 				if i == 0 && j == 100 {
-					ls[2].Reject(shed.Shed("c", shed.Request{}, "x", 0))
+					ls[2].Reject(shed.Shed("x", 0))
 				}
 				_ = c.Do(context.Background(), shed.Request{}, func(context.Context) error { return nil })
 			}
@@ -471,11 +491,18 @@ func TestLeaseReleaseOnce(t *testing.T) {
 }
 
 func TestRejection(t *testing.T) {
-	req := shed.Request{Priority: shed.Sheddable}
-	r := shed.Throttled("ratelimit", req, "rate limit exceeded", 1500*time.Millisecond,
-		shed.Quota{Policy: "per-key", Limit: 10, Window: time.Second})
+	l := shedtest.NewLayer("ratelimit")
+	l.Reject(shed.Throttled("rate limit exceeded", 1500*time.Millisecond,
+		shed.Quota{Policy: "per-key", Limit: 10, Window: time.Second}))
+	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chain stamps the layer's name and the resolved priority.
+	r := shedtest.Rejection(t, c.Do(context.Background(), shed.Request{Priority: shed.Sheddable},
+		func(context.Context) error { return nil }))
 	if r.Status != 429 || r.Layer != "ratelimit" || r.Priority != shed.Sheddable || len(r.Policies) != 1 {
-		t.Fatalf("Throttled = %+v", r)
+		t.Fatalf("Throttled through the chain = %+v", r)
 	}
 	if got, want := r.Error(), "shed: ratelimit rejected sheddable request (429): rate limit exceeded, retry after 1.5s"; got != want {
 		t.Errorf("Error() = %q\nwant      %q", got, want)
@@ -483,11 +510,14 @@ func TestRejection(t *testing.T) {
 	if r.RetryAfterSeconds() != 2 {
 		t.Errorf("RetryAfterSeconds = %d, want 2 (rounded up)", r.RetryAfterSeconds())
 	}
-	s := shed.Shed("worker", shed.Request{}, "overloaded", 0)
+	s := shed.Shed("overloaded", 0)
 	if s.Status != 503 || s.RetryAfterSeconds() != 0 || strings.Contains(s.Error(), "retry") {
 		t.Errorf("Shed = %+v, %q", s, s.Error())
 	}
-	var err error = fmt.Errorf("layer said: %w", s)
+	if got, want := s.Error(), "shed: layer rejected unset request (503): overloaded"; got != want {
+		t.Errorf("Error() of an unstamped rejection = %q, want %q", got, want)
+	}
+	err = fmt.Errorf("layer said: %w", s)
 	var got *shed.Rejection
 	if !errors.As(err, &got) || got != s || !errors.Is(err, shed.ErrRejected) {
 		t.Errorf("errors.As/Is through wrapping failed")

@@ -1,7 +1,8 @@
 // Package shed is the spine of loadshed: the vocabulary every layer speaks
 // (Priority, Request, Lease, Rejection, Mode, Action), the Chain that runs
-// layers in sequence, the priority-aware wait queue, the net/http and chi
-// middleware, and the observer hooks.
+// layers in sequence, the priority-aware wait queue, and the observer hooks.
+// It speaks no HTTP: package shedhttp mounts a Chain as net/http and chi
+// middleware, and Chain.Do runs one around any function (jobs, RPC).
 //
 // A request's path through a chain:
 //

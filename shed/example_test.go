@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -27,7 +26,7 @@ func (l *inFlight) Name() string { return "in-flight" }
 func (l *inFlight) Acquire(_ context.Context, req shed.Request) (shed.Lease, error) {
 	if l.n.Add(1) > l.limit {
 		l.n.Add(-1)
-		return shed.Lease{}, shed.Shed(l.Name(), req, "too many requests in flight", time.Second)
+		return shed.Lease{}, shed.Shed("too many requests in flight", time.Second)
 	}
 	return shed.NewLease(l), nil
 }
@@ -170,8 +169,7 @@ func ExampleWaitQueue() {
 		n := q.Len()
 		go func() {
 			waited, err := q.Wait(ctx, p, time.Time{}, take, giveBack)
-			done <- fmt.Sprint(p, ": ", waited, " ", shed.QueueRejection("example", shed.Request{Priority: p},
-				http.StatusServiceUnavailable, err, waited))
+			done <- fmt.Sprint(p, ": ", waited, " ", shed.QueueRejection(shed.StatusServiceUnavailable, err, waited))
 		}()
 		for q.Len() == n {
 			runtime.Gosched()
@@ -187,5 +185,5 @@ func ExampleWaitQueue() {
 	// Output:
 	// first: 0s <nil>
 	// critical: 500ms <nil>
-	// sheddable: 2s shed: example rejected sheddable request (503): queue wait timed out
+	// sheddable: 2s shed: layer rejected unset request (503): queue wait timed out
 }

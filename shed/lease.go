@@ -120,8 +120,17 @@ type Quota struct {
 	Window time.Duration
 	// Remaining is how many units are left now.
 	Remaining int64
-	// Reset is how long until the quota is restored in full.
+	// Reset is how long until more units are made available (the
+	// RateLimit field's t, draft-ietf-httpapi-ratelimit-headers-10): for a
+	// bucket, until its next unit; for a window, until units of it expire;
+	// zero when none are taken or the layer cannot tell.
 	Reset time.Duration
+	// Service is set when the limit protects the service's own capacity
+	// (an overall or per-route in-flight limit, the fleet's or the worker's)
+	// rather than being the client's quota. HTTP front ends do not disclose
+	// such limits to clients unless told to (the draft's security
+	// considerations).
+	Service bool
 }
 
 // IsZero reports whether q says nothing.

@@ -1,9 +1,6 @@
 package shed
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // EventKind says what happened to a request at one layer.
 type EventKind uint8
@@ -88,26 +85,28 @@ func (os Observers) Observe(e Event) {
 	}
 }
 
-// AdmittedEvent describes a lease just granted by layer.
-func AdmittedEvent(layer string, req Request, l *Lease, latency time.Duration) Event {
+// admittedEvent describes a lease just granted by layer.
+func admittedEvent(layer string, req *Request, l *Lease, latency time.Duration) Event {
 	k := Admitted
 	if l.DryRun {
 		k = WouldReject
 	}
 	return Event{Layer: layer, Priority: req.Priority, Kind: k, Queued: l.Waited > 0, Wait: l.Waited,
-		Over: l.Over, Fallback: l.Fallback, Latency: latency}
+		Over: l.Over, Fallback: l.Fallback, Latency: latency, Policy: l.Quota.Policy, Route: req.Route}
 }
 
-// RejectedEvent describes a rejection (or, for a non-rejection error such as a
-// cancelled wait, a rejection with status 0).
-func RejectedEvent(layer string, req Request, err error, latency time.Duration) Event {
-	e := Event{Layer: layer, Priority: req.Priority, Kind: Rejected, Latency: latency}
-	var r *Rejection
-	if errors.As(err, &r) {
-		e.Status = r.Status
-		e.Queued = r.Waited > 0
-		e.Wait = r.Waited
-		e.Fallback = r.Fallback
+// rejectedEvent describes a rejection, or, when rej is nil (the caller went
+// away while waiting), a rejection with status 0.
+func rejectedEvent(layer string, req *Request, rej *Rejection, latency time.Duration) Event {
+	e := Event{Layer: layer, Priority: req.Priority, Kind: Rejected, Latency: latency, Route: req.Route}
+	if rej != nil {
+		e.Status = rej.Status
+		e.Queued = rej.Waited > 0
+		e.Wait = rej.Waited
+		e.Fallback = rej.Fallback
+		if len(rej.Policies) > 0 {
+			e.Policy = rej.Policies[0].Policy
+		}
 	}
 	return e
 }

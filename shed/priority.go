@@ -6,20 +6,28 @@ import (
 )
 
 // Priority says how important a request is. Lower priorities are shed first.
-// The zero value is Default, so a request nobody annotated is neither
-// protected nor sacrificed.
+//
+// The zero value is Unset: nobody said. A chain resolves it, once per run,
+// to the context's priority (WithPriority) or else Default, so layers run
+// by a chain never see it; a layer called directly treats it as Default
+// (Index maps it there). Unset is distinct from Default so that a request
+// can be set to Default on purpose, overriding the context.
 type Priority int8
 
 // The priorities, lowest first.
 const (
+	// Unset: no priority was given; it resolves to the context's, else
+	// Default. Not one of the ordered priorities: compare only resolved
+	// ones (see Resolve).
+	Unset Priority = iota
 	// TestMode is traffic from test-mode credentials: shed before anything else.
-	TestMode Priority = -2
+	TestMode
 	// Sheddable is work a user will not miss for a while: listings, reports.
-	Sheddable Priority = -1
+	Sheddable
 	// Default is ordinary traffic.
-	Default Priority = 0
+	Default
 	// Critical must get through: "create a charge".
-	Critical Priority = 1
+	Critical
 )
 
 // NumPriorities is how many priorities there are; Priority.Index maps each to
@@ -33,20 +41,29 @@ func Priorities() [NumPriorities]Priority {
 
 var priorityWords = [NumPriorities]string{"test-mode", "sheddable", "default", "critical"}
 
-// Valid reports whether p is one of the defined priorities.
+// Valid reports whether p is one of the ordered priorities (not Unset).
 func (p Priority) Valid() bool { return p >= TestMode && p <= Critical }
 
-// Index maps p to 0..NumPriorities-1, lowest first. An invalid priority maps
-// to Default's index, so an index is always safe to use.
-func (p Priority) Index() int {
+// Resolve returns p, or Default when p is Unset or not a priority at all:
+// what a layer called directly, without a chain, should decide on.
+func (p Priority) Resolve() Priority {
 	if !p.Valid() {
-		return int(Default - TestMode)
+		return Default
 	}
-	return int(p - TestMode)
+	return p
 }
 
-// String returns the priority's word: critical, default, sheddable or test-mode.
+// Index maps p to 0..NumPriorities-1, lowest first, for per-priority
+// arrays. Unset and invalid priorities map to Default's index, so an index
+// is always safe to use.
+func (p Priority) Index() int { return int(p.Resolve() - TestMode) }
+
+// String returns the priority's word: critical, default, sheddable or
+// test-mode; "unset" for Unset.
 func (p Priority) String() string {
+	if p == Unset {
+		return "unset"
+	}
 	if !p.Valid() {
 		return fmt.Sprintf("priority(%d)", int8(p))
 	}
@@ -71,8 +88,12 @@ func ParsePriority(s string) (Priority, error) {
 	return Default, fmt.Errorf("shed: unknown priority %q (valid: critical, default, sheddable, test-mode)", s)
 }
 
-// MarshalText implements encoding.TextMarshaler.
+// MarshalText implements encoding.TextMarshaler. Unset marshals as the
+// empty text, which UnmarshalText reads back as Unset.
 func (p Priority) MarshalText() ([]byte, error) {
+	if p == Unset {
+		return []byte{}, nil
+	}
 	if !p.Valid() {
 		return nil, fmt.Errorf("shed: invalid priority %d", int8(p))
 	}
@@ -81,6 +102,10 @@ func (p Priority) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (p *Priority) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*p = Unset
+		return nil
+	}
 	v, err := ParsePriority(string(b))
 	if err != nil {
 		return err

@@ -24,10 +24,13 @@ func TestPriorityOrder(t *testing.T) {
 		t.Fatal("priorities out of order")
 	}
 	var zero shed.Priority
-	if zero != shed.Default {
-		t.Fatalf("zero Priority is %v, want default", zero)
+	if zero != shed.Unset || zero == shed.Default || zero.Valid() {
+		t.Fatalf("zero Priority is %v, want unset (distinct from default, not valid)", zero)
 	}
-	for _, p := range []shed.Priority{shed.TestMode - 1, shed.Critical + 1, 100, -100} {
+	if zero.Resolve() != shed.Default || zero.String() != "unset" {
+		t.Fatalf("Unset resolves to %v and prints %q; want default, \"unset\"", zero.Resolve(), zero.String())
+	}
+	for _, p := range []shed.Priority{shed.Unset, shed.Critical + 1, 100, -100} {
 		if p.Valid() {
 			t.Errorf("%d is valid", int8(p))
 		}
@@ -86,6 +89,7 @@ func TestParsePriorityUnknownNamesValid(t *testing.T) {
 }
 
 func TestPriorityText(t *testing.T) {
+	p0 := shed.Critical
 	type doc struct {
 		P shed.Priority `json:"p"`
 	}
@@ -101,6 +105,12 @@ func TestPriorityText(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil || back.P != p {
 			t.Errorf("round trip of %v: %v, %v", p, back.P, err)
 		}
+	}
+	if b, err := shed.Unset.MarshalText(); err != nil || len(b) != 0 {
+		t.Errorf("MarshalText(Unset) = %q, %v; want empty", b, err)
+	}
+	if err := p0.UnmarshalText(nil); err != nil || p0 != shed.Unset {
+		t.Errorf("UnmarshalText(empty) = %v, %v; want Unset", p0, err)
 	}
 	if _, err := shed.Priority(9).MarshalText(); err == nil {
 		t.Error("MarshalText of an invalid priority succeeded")

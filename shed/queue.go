@@ -62,7 +62,7 @@ var (
 // or "evicted by higher-priority request"; Waited set), and any other error
 // (a context error: the caller went away) unchanged. Every layer calls it so
 // that queue errors look the same whichever layer queued.
-func QueueRejection(layer string, req Request, status int, err error, waited time.Duration) error {
+func QueueRejection(status int, err error, waited time.Duration) error {
 	var reason string
 	switch {
 	case err == nil:
@@ -76,7 +76,7 @@ func QueueRejection(layer string, req Request, status int, err error, waited tim
 	default:
 		return err
 	}
-	return &Rejection{Layer: layer, Status: status, Reason: reason, Priority: req.Priority, Waited: waited}
+	return &Rejection{Status: status, Reason: reason, Waited: waited}
 }
 
 // WaitQueue holds requests waiting for a layer's capacity and hands freed

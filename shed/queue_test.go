@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -609,7 +608,6 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 }
 
 func TestQueueRejection(t *testing.T) {
-	req := shed.Request{Priority: shed.Sheddable}
 	for _, tc := range []struct {
 		err    error
 		reason string
@@ -618,21 +616,21 @@ func TestQueueRejection(t *testing.T) {
 		{shed.ErrQueueTimeout, "queue wait timed out"},
 		{shed.ErrEvicted, "evicted by higher-priority request"},
 	} {
-		err := shed.QueueRejection("concurrency", req, http.StatusServiceUnavailable, tc.err, 3*time.Second)
+		err := shed.QueueRejection(shed.StatusServiceUnavailable, tc.err, 3*time.Second)
 		var rej *shed.Rejection
 		if !errors.As(err, &rej) {
 			t.Fatalf("QueueRejection(%v) = %v; want a *Rejection", tc.err, err)
 		}
-		if rej.Layer != "concurrency" || rej.Status != 503 || rej.Reason != tc.reason ||
-			rej.Priority != shed.Sheddable || rej.Waited != 3*time.Second || !errors.Is(err, shed.ErrRejected) {
+		if rej.Layer != "" || rej.Status != 503 || rej.Reason != tc.reason ||
+			rej.Priority != shed.Unset || rej.Waited != 3*time.Second || !errors.Is(err, shed.ErrRejected) {
 			t.Errorf("QueueRejection(%v) = %+v", tc.err, rej)
 		}
 	}
-	if err := shed.QueueRejection("x", req, 429, nil, 0); err != nil {
+	if err := shed.QueueRejection(429, nil, 0); err != nil {
 		t.Errorf("QueueRejection(nil) = %v", err)
 	}
 	ctxErr := errors.Join(errors.New("gave up"), context.Canceled)
-	if err := shed.QueueRejection("x", req, 429, ctxErr, time.Second); err != ctxErr {
+	if err := shed.QueueRejection(429, ctxErr, time.Second); err != ctxErr {
 		t.Errorf("QueueRejection(context error) = %v; want it unchanged", err)
 	}
 }

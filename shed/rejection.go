@@ -2,10 +2,19 @@ package shed
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
+)
+
+// The HTTP statuses a rejection carries. shed speaks no HTTP; these are the
+// numbers an HTTP front end (package shedhttp) answers with, and what a job
+// runner may log or map to its own codes.
+const (
+	// StatusTooManyRequests (429): the client went over its own limit.
+	StatusTooManyRequests = 429
+	// StatusServiceUnavailable (503): the service is shedding load.
+	StatusServiceUnavailable = 503
 )
 
 // ErrRejected matches every *Rejection with errors.Is, for callers that only
@@ -15,11 +24,12 @@ var ErrRejected = errors.New("shed: request rejected")
 // Rejection is a layer's "no". Use errors.As to get it from an error returned
 // by Acquire, the chain or Do.
 type Rejection struct {
-	// Layer names the layer that rejected the request.
+	// Layer names the layer that rejected the request; the chain fills it
+	// in (empty from a layer called directly).
 	Layer string
-	// Status is the HTTP status to answer with: 429 (http.StatusTooManyRequests)
-	// when the client went over its own limit, 503
-	// (http.StatusServiceUnavailable) when the service is shedding load.
+	// Status is the HTTP status to answer with: StatusTooManyRequests (429)
+	// when the client went over its own limit, StatusServiceUnavailable
+	// (503) when the service is shedding load.
 	Status int
 	// RetryAfter is when trying again may succeed; zero when unknown.
 	RetryAfter time.Duration
@@ -28,7 +38,8 @@ type Rejection struct {
 	Reason string
 	// Policies are the limits the request violated; may be empty.
 	Policies []Quota
-	// Priority is the rejected request's priority.
+	// Priority is the rejected request's priority, as the chain resolved
+	// it; the chain fills it in (Unset from a layer called directly).
 	Priority Priority
 	// Waited is how long the request waited in a queue before it was rejected.
 	Waited time.Duration
@@ -42,7 +53,11 @@ type Rejection struct {
 func (r *Rejection) Error() string {
 	var b strings.Builder
 	b.WriteString("shed: ")
-	b.WriteString(r.Layer)
+	if r.Layer == "" {
+		b.WriteString("layer")
+	} else {
+		b.WriteString(r.Layer)
+	}
 	b.WriteString(" rejected ")
 	b.WriteString(r.Priority.String())
 	b.WriteString(" request (")
@@ -72,13 +87,14 @@ func CeilSeconds(d time.Duration) int64 {
 }
 
 // Throttled builds a 429 rejection: the client went over its own limit.
-func Throttled(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
-	return &Rejection{Layer: layer, Status: http.StatusTooManyRequests, Reason: reason,
-		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
+// policies are the limits it violated. The chain fills in Layer and
+// Priority, so return a new rejection from every Acquire, never a shared one.
+func Throttled(reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
+	return &Rejection{Status: StatusTooManyRequests, Reason: reason, RetryAfter: retryAfter, Policies: policies}
 }
 
-// Shed builds a 503 rejection: the service is shedding load.
-func Shed(layer string, req Request, reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
-	return &Rejection{Layer: layer, Status: http.StatusServiceUnavailable, Reason: reason,
-		RetryAfter: retryAfter, Policies: policies, Priority: req.Priority}
+// Shed builds a 503 rejection: the service is shedding load. As for
+// Throttled, the chain fills in Layer and Priority.
+func Shed(reason string, retryAfter time.Duration, policies ...Quota) *Rejection {
+	return &Rejection{Status: StatusServiceUnavailable, Reason: reason, RetryAfter: retryAfter, Policies: policies}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 func main() {
@@ -128,10 +129,10 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	}
 	closeAll := func() { perKey.Close(); sheddable.Close() }
 	limits, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
 		{Name: "sheddable-per-key", Descriptors: []ratelimit.Descriptor{
 			{Key: "priority", Value: shed.Sheddable.String()}, ratelimit.ByKey,
-		}, Limiter: sheddable},
+		}, Store: sheddable},
 	}})
 	if err != nil {
 		closeAll()
@@ -139,7 +140,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 	}
 
 	inFlight, err := concurrency.New(concurrency.Config{
-		Limit: inFlightLimit, PerKey: inFlightPerKeyLimit, KeyBy: concurrency.ByKey,
+		Limit: inFlightLimit, PerKey: inFlightPerKeyLimit, KeyBy: concurrency.KeyByClient,
 	})
 	if err != nil {
 		limits.Close()
@@ -165,11 +166,11 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		closeAll()
 		return nil, err
 	}
-	shedder, err := chain.Middleware(shed.HTTPConfig{
+	shedder, err := shedhttp.New(chain, shedhttp.Config{
 		// Clients with an API key are limited per key (hashed: it is a
 		// secret); the others per client IP.
-		Key: shed.KeyHash(shed.KeyHeader("X-API-Key")),
-		Priorities: shed.RoutePriorities{
+		Key: shedhttp.KeyHash(shedhttp.KeyHeader("X-API-Key")),
+		Priorities: shedhttp.RoutePriorities{
 			"POST /v1/charges": shed.Critical,
 			"/v1/reports/*":    shed.Sheddable,
 		},

@@ -38,13 +38,13 @@ func run(out io.Writer) error {
 	}
 	defer perKey.Close()
 	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
 	}})
 	if err != nil {
 		return err
 	}
 	defer rate.Close()
-	inFlight, err := concurrency.New(concurrency.Config{Limit: 256, PerKey: 3, KeyBy: concurrency.ByKey})
+	inFlight, err := concurrency.New(concurrency.Config{Limit: 256, PerKey: 3, KeyBy: concurrency.KeyByClient})
 	if err != nil {
 		return err
 	}

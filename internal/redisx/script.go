@@ -10,17 +10,20 @@ import (
 // server lacks it (a restart or SCRIPT FLUSH empties the cache).
 //
 // Retries: go-redis re-sends a command whose connection broke before its
-// reply came (Options.MaxRetries, 3 by default), so a script may run twice
-// for one call. Every script the layers run is written to be safe under
-// that: repeating it yields the same state as running it once (concurrency
-// acquire, release, renew, presence), or errs towards refusing (a retried
-// rate-limit decision charges its units twice, never admits more than the
-// limit; docs/redis.md). The layers leave the client's retries on: a retry
-// within the timeout saves a decision from the fallback.
-type Script struct{ s *redis.Script }
+// reply came (Options.MaxRetries, 3 by default), so a script run with Run
+// or RunAll may run twice for one call. Scripts run that way must be
+// idempotent: running one twice leaves the state running it once leaves
+// (concurrency acquire, release and renew; presence), and then the retry is
+// welcome, as it saves a decision from the fallback. Scripts that are not
+// (a rate-limit decision or refund) run with RunOnce, which go-redis never
+// re-sends.
+type Script struct {
+	s   *redis.Script
+	src string
+}
 
 // NewScript returns the script of src.
-func NewScript(src string) *Script { return &Script{s: redis.NewScript(src)} }
+func NewScript(src string) *Script { return &Script{s: redis.NewScript(src), src: src} }
 
 // Run runs the script: EVALSHA, then EVAL if the server lacks it.
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
@@ -62,4 +65,36 @@ func (s *Script) RunAll(ctx context.Context, c redis.UniversalClient, calls []Ca
 			return cmds
 		}
 	}
+}
+
+// onceCmd is a command go-redis never re-sends: after a broken connection
+// it fails instead of running the script a second time.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// RunOnce runs the script as Run does, but go-redis never re-sends it: a
+// connection broken after the request left (the script may have run, its
+// reply is lost) is an error, not a second run. It is for the scripts that
+// are not safe to run twice (a rate-limit decision would charge its units
+// twice, a refund give them back twice); the caller treats the error as an
+// outage and decides locally.
+func (s *Script) RunOnce(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, "evalsha", s.s.Hash(), keys, args)
+	_ = c.Process(ctx, onceCmd{cmd})
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.cmd(ctx, "eval", s.src, keys, args)
+		_ = c.Process(ctx, onceCmd{cmd})
+	}
+	return cmd
+}
+
+func (s *Script) cmd(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, body, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return redis.NewCmd(ctx, a...)
 }

@@ -62,6 +62,12 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	}
 	if p := l.reject.Load(); p != nil {
 		l.rejected.Add(1)
+		// A chain writes the layer's name and the priority into the
+		// rejection it gets: give each call its own.
+		if rej, ok := (*p).(*shed.Rejection); ok {
+			c := *rej
+			return shed.Lease{}, &c
+		}
 		return shed.Lease{}, *p
 	}
 	l.acquired.Add(1)

@@ -1,6 +1,7 @@
-package shed
+package shedhttp
 
 import (
+	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,8 +66,8 @@ func TestFieldValuesDoNotShareBytes(t *testing.T) {
 // request alone: one quota among four leases, into a reused header map.
 func BenchmarkWriteLeaseFields(b *testing.B) {
 	m := &middleware{sets: newPolicySets()}
-	leases := make([]Lease, 4)
-	leases[0].Quota = Quota{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 42, Reset: 17e9}
+	leases := make([]shed.Lease, 4)
+	leases[0].Quota = shed.Quota{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 42, Reset: 17e9}
 	h := make(map[string][]string)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -77,15 +78,15 @@ func BenchmarkWriteLeaseFields(b *testing.B) {
 
 func TestPolicySets(t *testing.T) {
 	c := newPolicySets()
-	leases := func(qs ...Quota) []Lease {
-		ls := make([]Lease, len(qs)+1) // a lease without a quota among them
+	leases := func(qs ...shed.Quota) []shed.Lease {
+		ls := make([]shed.Lease, len(qs)+1) // a lease without a quota among them
 		for i, q := range qs {
 			ls[i+1].Quota = q
 		}
 		return ls
 	}
-	a := leases(Quota{Policy: "per-key", Limit: 100, Window: 60e9}, Quota{Policy: "in-flight", Limit: 10})
-	b := leases(Quota{Policy: "per-key", Limit: 100, Window: 60e9})
+	a := leases(shed.Quota{Policy: "per-key", Limit: 100, Window: 60e9}, shed.Quota{Policy: "in-flight", Limit: 10})
+	b := leases(shed.Quota{Policy: "per-key", Limit: 100, Window: 60e9})
 	sa, sb := c.lookup(a), c.lookup(b)
 	if sa == nil || sb == nil || sa == sb {
 		t.Fatalf("sets %p %p", sa, sb)
@@ -108,16 +109,16 @@ func TestPolicySets(t *testing.T) {
 	if s := c.add(h, b); s != nil {
 		t.Errorf("a colliding set got %q", s.policy)
 	}
-	if sa.matches(b) || sb.matches(a) || sb.matches(leases(Quota{Policy: "per-key", Limit: 100, Window: 30e9})) {
+	if sa.matches(b) || sb.matches(a) || sb.matches(leases(shed.Quota{Policy: "per-key", Limit: 100, Window: 30e9})) {
 		t.Error("matches accepts another set")
 	}
 	for i := 0; i < 2*maxCachedPolicySets; i++ {
-		c.lookup(leases(Quota{Policy: "p" + strconv.Itoa(i), Limit: 1}))
+		c.lookup(leases(shed.Quota{Policy: "p" + strconv.Itoa(i), Limit: 1}))
 	}
 	if n := len(*c.m.Load()); n != maxCachedPolicySets {
 		t.Errorf("%d sets cached, want the bound %d", n, maxCachedPolicySets)
 	}
-	if c.lookup(leases(Quota{Policy: "new", Limit: 1})) != nil {
+	if c.lookup(leases(shed.Quota{Policy: "new", Limit: 1})) != nil {
 		t.Error("a full cache returned a set for a new policy")
 	}
 }
@@ -126,11 +127,11 @@ func TestPolicySets(t *testing.T) {
 // fields built afresh, for values that fit fieldValues and that do not.
 func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 	long := strings.Repeat("n", 80)
-	for _, qs := range [][]Quota{
+	for _, qs := range [][]shed.Quota{
 		{{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 7, Reset: 1}},
 		{{Policy: long, Limit: 1 << 62, Window: 1, Remaining: 1 << 62, Reset: 1 << 62}, {Policy: "x\"y", Limit: 3, Remaining: -1}},
 	} {
-		ls := make([]Lease, len(qs))
+		ls := make([]shed.Lease, len(qs))
 		var policy, limit []byte
 		for i := range qs {
 			ls[i].Quota, ls[i].Over = qs[i], i == 1
@@ -155,9 +156,9 @@ func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 // request makes the middleware do.
 func BenchmarkPolicySetsAlternating(b *testing.B) {
 	c := newPolicySets()
-	sets := [2][]Lease{make([]Lease, 2), make([]Lease, 2)}
-	sets[0][0].Quota = Quota{Policy: "per-key", Limit: 10}
-	sets[1][0].Quota = Quota{Policy: "overall", Limit: 100}
+	sets := [2][]shed.Lease{make([]shed.Lease, 2), make([]shed.Lease, 2)}
+	sets[0][0].Quota = shed.Quota{Policy: "per-key", Limit: 10}
+	sets[1][0].Quota = shed.Quota{Policy: "overall", Limit: 100}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0

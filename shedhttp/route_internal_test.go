@@ -1,35 +1,36 @@
-package shed
+package shedhttp
 
 import (
 	"fmt"
+	"github.com/loadshed/loadshed/shed"
 	"sync"
 	"testing"
 )
 
 func TestRouteRulesPrecedence(t *testing.T) {
 	rr, err := compileRoutes(RoutePriorities{
-		"/v1/*":              Sheddable,
-		"/v1/charges/*":      Default,
-		"POST /v1/charges/*": Critical,
-		"/v1/charges":        TestMode,
-		"GET /v1/charges":    Sheddable,
-		"/*":                 Default,
-	}, TestMode, "test")
+		"/v1/*":              shed.Sheddable,
+		"/v1/charges/*":      shed.Default,
+		"POST /v1/charges/*": shed.Critical,
+		"/v1/charges":        shed.TestMode,
+		"GET /v1/charges":    shed.Sheddable,
+		"/*":                 shed.Default,
+	}, shed.TestMode, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		method, pattern string
-		want            Priority
+		want            shed.Priority
 	}{
-		{"GET", "/v1/charges", Sheddable},            // exact, with the method
-		{"PUT", "/v1/charges", TestMode},             // exact, any method
-		{"POST", "/v1/charges/{id}", Critical},       // longest prefix, with the method
-		{"GET", "/v1/charges/{id}/refunds", Default}, // longest prefix, any method
-		{"GET", "/v1/chargesx", Sheddable},           // "/v1/charges/*" does not cover a longer segment
-		{"GET", "/v1", Sheddable},                    // a prefix covers its own root
-		{"GET", "/v2/things", Default},               // "/*"
-		{"GET", "", TestMode},                        // no route: the default
+		{"GET", "/v1/charges", shed.Sheddable},            // exact, with the method
+		{"PUT", "/v1/charges", shed.TestMode},             // exact, any method
+		{"POST", "/v1/charges/{id}", shed.Critical},       // longest prefix, with the method
+		{"GET", "/v1/charges/{id}/refunds", shed.Default}, // longest prefix, any method
+		{"GET", "/v1/chargesx", shed.Sheddable},           // "/v1/charges/*" does not cover a longer segment
+		{"GET", "/v1", shed.Sheddable},                    // a prefix covers its own root
+		{"GET", "/v2/things", shed.Default},               // "/*"
+		{"GET", "", shed.TestMode},                        // no route: the default
 	} {
 		if got := rr.lookup(tc.method, tc.pattern); got != tc.want {
 			t.Errorf("%s %s = %v, want %v", tc.method, tc.pattern, got, tc.want)
@@ -38,7 +39,7 @@ func TestRouteRulesPrecedence(t *testing.T) {
 }
 
 func TestRouteTableCachesAndBounds(t *testing.T) {
-	rr, _ := compileRoutes(RoutePriorities{"POST /a": Critical}, Default, "test")
+	rr, _ := compileRoutes(RoutePriorities{"POST /a": shed.Critical}, shed.Default, "test")
 	tab := &routeTable{rules: rr}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -47,14 +48,14 @@ func TestRouteTableCachesAndBounds(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 300; i++ {
 				tab.resolve("GET", fmt.Sprintf("/p/%d", i))
-				if route, p := tab.resolve("POST", "/a"); route != "POST /a" || p != Critical {
+				if route, p := tab.resolve("POST", "/a"); route != "POST /a" || p != shed.Critical {
 					t.Errorf("POST /a = %q %v", route, p)
 				}
 			}
 		}(g)
 	}
 	wg.Wait()
-	if route, p := tab.resolve("PURGE", "/a"); route != "PURGE /a" || p != Default {
+	if route, p := tab.resolve("PURGE", "/a"); route != "PURGE /a" || p != shed.Default {
 		t.Errorf("custom method: %q %v", route, p)
 	}
 	if allocs := testing.AllocsPerRun(100, func() { tab.resolve("POST", "/a") }); allocs != 0 {

@@ -1,4 +1,4 @@
-package shed_test
+package shedhttp_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 func reqWith(remote string, hdr ...string) *http.Request {
@@ -21,17 +21,17 @@ func reqWith(remote string, hdr ...string) *http.Request {
 }
 
 func TestKeyHeader(t *testing.T) {
-	k := shed.KeyHeader("x-api-key")
+	k := shedhttp.KeyHeader("x-api-key")
 	if got, err := k(reqWith("", "X-API-Key", "  ak_123 ")); err != nil || got != "h:x-api-key:ak_123" {
 		t.Errorf("got %q, %v", got, err)
 	}
-	if _, err := k(reqWith("")); !errors.Is(err, shed.ErrNoKey) {
+	if _, err := k(reqWith("")); !errors.Is(err, shedhttp.ErrNoKey) {
 		t.Errorf("missing header: %v, want ErrNoKey", err)
 	}
-	if _, err := k(reqWith("", "X-API-Key", "   ")); !errors.Is(err, shed.ErrNoKey) {
+	if _, err := k(reqWith("", "X-API-Key", "   ")); !errors.Is(err, shedhttp.ErrNoKey) {
 		t.Errorf("blank header: %v, want ErrNoKey", err)
 	}
-	if _, err := k(reqWith("", "X-API-Key", strings.Repeat("a", shed.MaxKeyPart+1))); !errors.Is(err, shed.ErrKeyTooLong) {
+	if _, err := k(reqWith("", "X-API-Key", strings.Repeat("a", shedhttp.MaxKeyPart+1))); !errors.Is(err, shedhttp.ErrKeyTooLong) {
 		t.Errorf("long header: %v, want ErrKeyTooLong", err)
 	}
 	// A header value that spells an IP address cannot take that IP's key.
@@ -41,7 +41,7 @@ func TestKeyHeader(t *testing.T) {
 }
 
 func TestKeyBearer(t *testing.T) {
-	k := shed.KeyBearer()
+	k := shedhttp.KeyBearer()
 	a, err := k(reqWith("", "Authorization", "Bearer tok_secret"))
 	if err != nil || !strings.HasPrefix(a, "bearer:") || len(a) != len("bearer:")+32 || strings.Contains(a, "tok_secret") {
 		t.Fatalf("got %q, %v: want bearer: and 32 hex digits, not the token", a, err)
@@ -55,41 +55,41 @@ func TestKeyBearer(t *testing.T) {
 		t.Error("two tokens share a key")
 	}
 	for _, v := range []string{"", "Bearer", "Bearer ", "Basic dXNlcjpwYXNz", "Bearertok", "B"} {
-		if _, err := k(reqWith("", "Authorization", v)); !errors.Is(err, shed.ErrNoKey) {
+		if _, err := k(reqWith("", "Authorization", v)); !errors.Is(err, shedhttp.ErrNoKey) {
 			t.Errorf("%q: %v, want ErrNoKey", v, err)
 		}
 	}
-	if _, err := k(reqWith("", "Authorization", "Bearer "+strings.Repeat("t", shed.MaxKeyPart+1))); !errors.Is(err, shed.ErrKeyTooLong) {
+	if _, err := k(reqWith("", "Authorization", "Bearer "+strings.Repeat("t", shedhttp.MaxKeyPart+1))); !errors.Is(err, shedhttp.ErrKeyTooLong) {
 		t.Errorf("long token: %v", err)
 	}
 }
 
 func TestKeyHashAndFrom(t *testing.T) {
-	k := shed.KeyHash(shed.KeyHeader("X-API-Key"))
+	k := shedhttp.KeyHash(shedhttp.KeyHeader("X-API-Key"))
 	got, err := k(reqWith("", "X-API-Key", "sk_live_1"))
 	if err != nil || !strings.HasPrefix(got, "hash:") || strings.Contains(got, "sk_live") {
 		t.Errorf("got %q, %v", got, err)
 	}
-	if _, err := k(reqWith("")); !errors.Is(err, shed.ErrNoKey) {
+	if _, err := k(reqWith("")); !errors.Is(err, shedhttp.ErrNoKey) {
 		t.Errorf("KeyHash hid the error: %v", err)
 	}
-	from := shed.KeyFrom(func(r *http.Request) string { return r.URL.Query().Get("tenant") })
+	from := shedhttp.KeyFrom(func(r *http.Request) string { return r.URL.Query().Get("tenant") })
 	r := httptest.NewRequest("GET", "/?tenant=acme", nil)
 	if got, err := from(r); err != nil || got != "acme" {
 		t.Errorf("got %q, %v", got, err)
 	}
-	if _, err := from(httptest.NewRequest("GET", "/", nil)); !errors.Is(err, shed.ErrNoKey) {
+	if _, err := from(httptest.NewRequest("GET", "/", nil)); !errors.Is(err, shedhttp.ErrNoKey) {
 		t.Errorf("empty: %v", err)
 	}
 }
 
 func TestKeyCombineIsUnambiguous(t *testing.T) {
-	parts := func(vals ...string) shed.KeyFunc {
-		fs := make([]shed.KeyFunc, len(vals))
+	parts := func(vals ...string) shedhttp.KeyFunc {
+		fs := make([]shedhttp.KeyFunc, len(vals))
 		for i, v := range vals {
-			fs[i] = shed.KeyFrom(func(*http.Request) string { return v })
+			fs[i] = shedhttp.KeyFrom(func(*http.Request) string { return v })
 		}
-		return shed.KeyCombine(fs...)
+		return shedhttp.KeyCombine(fs...)
 	}
 	r := reqWith("")
 	seen := map[string][]string{}
@@ -105,18 +105,18 @@ func TestKeyCombineIsUnambiguous(t *testing.T) {
 		}
 		seen[k] = vals
 	}
-	combined := shed.KeyCombine(shed.KeyHeader("X-API-Key"), shed.KeyClientIP(nil))
+	combined := shedhttp.KeyCombine(shedhttp.KeyHeader("X-API-Key"), shedhttp.KeyClientIP(nil))
 	if got, err := combined(reqWith("203.0.113.5:80", "X-API-Key", "k1")); err != nil || got != "h:x-api-key:k1|203.0.113.5" {
 		t.Errorf("got %q, %v", got, err)
 	}
-	if _, err := combined(reqWith("203.0.113.5:80")); !errors.Is(err, shed.ErrNoKey) {
+	if _, err := combined(reqWith("203.0.113.5:80")); !errors.Is(err, shedhttp.ErrNoKey) {
 		t.Errorf("a missing part: %v, want ErrNoKey", err)
 	}
 }
 
-func mustClientIP(t testing.TB, header string, trusted ...string) *shed.ClientIP {
+func mustClientIP(t testing.TB, header string, trusted ...string) *shedhttp.ClientIP {
 	t.Helper()
-	c, err := shed.NewClientIP(shed.ClientIPConfig{TrustedProxies: trusted, Header: header})
+	c, err := shedhttp.NewClientIP(shedhttp.ClientIPConfig{TrustedProxies: trusted, Header: header})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestClientIP(t *testing.T) {
 	none := mustClientIP(t, "")
 	for _, tc := range []struct {
 		name string
-		c    *shed.ClientIP
+		c    *shedhttp.ClientIP
 		req  *http.Request
 		want string
 	}{
@@ -163,7 +163,7 @@ func TestClientIP(t *testing.T) {
 		}
 	}
 	for _, remote := range []string{"", "@", "pipe", "1.2.3.4:abc", "[::1"} {
-		if _, err := xff.Addr(reqWith(remote)); !errors.Is(err, shed.ErrNoKey) {
+		if _, err := xff.Addr(reqWith(remote)); !errors.Is(err, shedhttp.ErrNoKey) {
 			t.Errorf("peer %q: %v, want ErrNoKey", remote, err)
 		}
 	}
@@ -194,10 +194,10 @@ func FuzzClientIP(f *testing.F) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{
 			"X-Forwarded-For": {xffVal}, "Forwarded": {fwdVal},
 		}}
-		for _, c := range []*shed.ClientIP{xff, fwd} {
+		for _, c := range []*shedhttp.ClientIP{xff, fwd} {
 			a, err := c.Addr(r)
 			if err != nil {
-				if !errors.Is(err, shed.ErrNoKey) {
+				if !errors.Is(err, shedhttp.ErrNoKey) {
 					t.Fatalf("unexpected error %v", err)
 				}
 				continue
@@ -209,13 +209,13 @@ func FuzzClientIP(f *testing.F) {
 				t.Fatalf("Key = %q, %v after Addr succeeded", k, err)
 			}
 		}
-		_, _ = shed.KeyBearer()(&http.Request{Header: http.Header{"Authorization": {xffVal}}})
-		_, _ = shed.KeyCombine(shed.KeyHeader("Forwarded"), shed.KeyClientIP(xff))(r)
+		_, _ = shedhttp.KeyBearer()(&http.Request{Header: http.Header{"Authorization": {xffVal}}})
+		_, _ = shedhttp.KeyCombine(shedhttp.KeyHeader("Forwarded"), shedhttp.KeyClientIP(xff))(r)
 	})
 }
 
 func TestClientIPv6Prefix(t *testing.T) {
-	c, err := shed.NewClientIP(shed.ClientIPConfig{IPv6PrefixBits: 64})
+	c, err := shedhttp.NewClientIP(shedhttp.ClientIPConfig{IPv6PrefixBits: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestClientIPv6Prefix(t *testing.T) {
 	if k, _ := c.Key(reqWith("192.0.2.1:80")); k != "192.0.2.1" {
 		t.Errorf("IPv4 key %q", k)
 	}
-	if _, err := shed.NewClientIP(shed.ClientIPConfig{IPv6PrefixBits: 129}); err == nil || !strings.Contains(err.Error(), "IPv6PrefixBits") {
+	if _, err := shedhttp.NewClientIP(shedhttp.ClientIPConfig{IPv6PrefixBits: 129}); err == nil || !strings.Contains(err.Error(), "IPv6PrefixBits") {
 		t.Errorf("129 bits: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package shed
+package shedhttp
 
 import (
 	"crypto/sha256"
@@ -14,7 +14,7 @@ import (
 // KeyFunc says who is asking: it extracts the Request.Key from an HTTP
 // request. It returns ErrNoKey when the request carries nothing to key on,
 // ErrKeyTooLong when what it carries is too long to be a key, and may return
-// errors of its own; HTTPConfig.OnKeyError decides what then happens.
+// errors of its own; Config.OnKeyError decides what then happens.
 //
 // The keys built-in KeyFuncs return never collide across kinds: client IPs
 // are bare addresses ("203.0.113.7", "2001:db8::1"), every other kind starts
@@ -25,10 +25,10 @@ type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey: the request carries nothing the KeyFunc can key on (a missing or
 // empty header, no bearer token, no usable peer address).
-var ErrNoKey = errors.New("shed: request carries no key")
+var ErrNoKey = errors.New("shedhttp: request carries no key")
 
 // ErrKeyTooLong: the request's key material is longer than MaxKeyPart bytes.
-var ErrKeyTooLong = errors.New("shed: request key is too long")
+var ErrKeyTooLong = errors.New("shedhttp: request key is too long")
 
 // MaxKeyPart is the longest header value or token the built-in KeyFuncs
 // accept. Longer values give ErrKeyTooLong instead of becoming a key, so a
@@ -207,12 +207,12 @@ func newClientIP(cfg ClientIPConfig, field string) (*ClientIP, error) {
 	if cfg.Header != "" {
 		c.header = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(cfg.Header))
 		if !validHeaderName(c.header) {
-			return nil, fmt.Errorf("shed: %s.Header %q is not a valid header name", field, cfg.Header)
+			return nil, fmt.Errorf("shedhttp: %s.Header %q is not a valid header name", field, cfg.Header)
 		}
 	}
 	c.forwarded = c.header == "Forwarded"
 	if cfg.IPv6PrefixBits < 0 || cfg.IPv6PrefixBits > 128 {
-		return nil, fmt.Errorf("shed: %s.IPv6PrefixBits must be within [0, 128], got %d", field, cfg.IPv6PrefixBits)
+		return nil, fmt.Errorf("shedhttp: %s.IPv6PrefixBits must be within [0, 128], got %d", field, cfg.IPv6PrefixBits)
 	}
 	c.v6bits = cfg.IPv6PrefixBits
 	for i, s := range cfg.TrustedProxies {
@@ -229,10 +229,10 @@ func newClientIP(cfg ClientIPConfig, field string) (*ClientIP, error) {
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("shed: %s.TrustedProxies[%d] %q is not a CIDR or an IP address: %w", field, i, cfg.TrustedProxies[i], err)
+			return nil, fmt.Errorf("shedhttp: %s.TrustedProxies[%d] %q is not a CIDR or an IP address: %w", field, i, cfg.TrustedProxies[i], err)
 		}
 		if p.Addr().Zone() != "" {
-			return nil, fmt.Errorf("shed: %s.TrustedProxies[%d] %q must not have a zone", field, i, cfg.TrustedProxies[i])
+			return nil, fmt.Errorf("shedhttp: %s.TrustedProxies[%d] %q must not have a zone", field, i, cfg.TrustedProxies[i])
 		}
 		p = p.Masked()
 		if p.Addr().Is4In6() {

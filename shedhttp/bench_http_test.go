@@ -1,4 +1,4 @@
-package shed_test
+package shedhttp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // httpNopLayer admits everything and gives back nothing, so the benchmarks
@@ -80,20 +81,20 @@ func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
 //     allocations in chi: the sub-router's path and the joined pattern).
 func BenchmarkHTTPMiddleware(b *testing.B) {
 	bare := http.HandlerFunc(okHandler)
-	build := func(b *testing.B, quota shed.Quota, cfg shed.HTTPConfig) func(http.Handler) http.Handler {
+	build := func(b *testing.B, quota shed.Quota, cfg shedhttp.Config) func(http.Handler) http.Handler {
 		c, err := shed.NewChain(shed.Config{Layers: benchLayers(quota)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		mw, err := c.Middleware(cfg)
+		mw, err := shedhttp.New(c, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return mw
 	}
-	shedded := build(b, shed.Quota{}, shed.HTTPConfig{})(bare)
+	shedded := build(b, shed.Quota{}, shedhttp.Config{})(bare)
 	quota := shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 42, Reset: 17 * time.Second}
-	withQuota := build(b, quota, shed.HTTPConfig{})(bare)
+	withQuota := build(b, quota, shedhttp.Config{})(bare)
 
 	router := func(mw func(http.Handler) http.Handler) http.Handler {
 		r := chi.NewRouter()
@@ -107,7 +108,7 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 		return r
 	}
 	chiBare := router(nil)
-	chiUse := router(build(b, shed.Quota{}, shed.HTTPConfig{Priorities: shed.RoutePriorities{
+	chiUse := router(build(b, shed.Quota{}, shedhttp.Config{Priorities: shedhttp.RoutePriorities{
 		"POST /v1/charges": shed.Critical, "/v1/reports/*": shed.Sheddable,
 	}}))
 
@@ -171,13 +172,13 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 // BenchmarkHTTPRejection prices answering a rejection: status, Retry-After,
 // the RateLimit fields and the problem document.
 func BenchmarkHTTPRejection(b *testing.B) {
-	rej := shed.Throttled("ratelimit", shed.Request{}, "rate limit exceeded", 3*time.Second,
+	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
 	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	mw, err := c.Middleware(shed.HTTPConfig{})
+	mw, err := shedhttp.New(c, shedhttp.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestMiddlewareAdmitAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := c.Middleware(shed.HTTPConfig{Priorities: shed.RoutePriorities{"/x/*": shed.Sheddable}})
+	mw, err := shedhttp.New(c, shedhttp.Config{Priorities: shedhttp.RoutePriorities{"/x/*": shed.Sheddable}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,13 +227,13 @@ func TestMiddlewareAdmitAllocations(t *testing.T) {
 // the middleware: its header values in two allocations (the problem
 // document's fields and Retry-After; the RateLimit fields), and checks them.
 func TestMiddlewareRejectAllocations(t *testing.T) {
-	rej := shed.Throttled("ratelimit", shed.Request{}, "rate limit exceeded", 3*time.Second,
+	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
 	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := c.Middleware(shed.HTTPConfig{})
+	mw, err := shedhttp.New(c, shedhttp.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestMiddlewareRejectAllocations(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	want := map[string]string{
-		"Content-Type": shed.ProblemContentType, "Content-Length": strconv.Itoa(rec.Body.Len()),
+		"Content-Type": shedhttp.ProblemContentType, "Content-Length": strconv.Itoa(rec.Body.Len()),
 		"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Retry-After": "3",
 		"Ratelimit-Policy": `"per-key";q=100;w=60`, "Ratelimit": `"per-key";r=0;t=3`,
 	}

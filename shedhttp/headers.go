@@ -1,6 +1,7 @@
-package shed
+package shedhttp
 
 import (
+	"github.com/loadshed/loadshed/shed"
 	"hash/maphash"
 	"math/rand/v2"
 	"net/http"
@@ -24,7 +25,7 @@ const (
 	// HeaderRetryAfter is Retry-After (RFC 9110), in whole seconds.
 	HeaderRetryAfter = "Retry-After"
 
-	// The legacy headers many clients still read (HTTPConfig.LegacyHeaders).
+	// The legacy headers many clients still read (Config.LegacyHeaders).
 	HeaderXRateLimitLimit     = "X-Ratelimit-Limit"
 	HeaderXRateLimitRemaining = "X-Ratelimit-Remaining"
 	HeaderXRateLimitReset     = "X-Ratelimit-Reset"
@@ -47,7 +48,7 @@ func sfInt(b []byte, v int64) []byte {
 }
 
 // sfSeconds is d in whole seconds, rounded up, as a structured Integer.
-func sfSeconds(b []byte, d time.Duration) []byte { return sfInt(b, CeilSeconds(d)) }
+func sfSeconds(b []byte, d time.Duration) []byte { return sfInt(b, shed.CeilSeconds(d)) }
 
 // appendSFString appends s as a structured-field String (RFC 9651 §3.3.3):
 // quoted, with '"' and '\' escaped. Bytes a String cannot hold (controls,
@@ -78,7 +79,7 @@ func appendSFString(b []byte, s string) []byte {
 // appendPolicyItem appends one RateLimit-Policy item: `"name";q=100;w=60`,
 // or, for a limit on requests in flight (no window),
 // `"name";q=10;qu="concurrent-requests"`.
-func appendPolicyItem(b []byte, q *Quota) []byte {
+func appendPolicyItem(b []byte, q *shed.Quota) []byte {
 	b = appendSFString(b, q.Policy)
 	b = append(b, ";q="...)
 	b = sfInt(b, q.Limit)
@@ -95,18 +96,18 @@ func appendPolicyItem(b []byte, q *Quota) []byte {
 // admitted above its limit (soft or elastic) is marked with the boolean
 // parameter loadshed-over, prefixed with our name as the draft asks of
 // implementation-specific parameters.
-func appendLimitItem(b []byte, q *Quota, over bool) []byte {
+func appendLimitItem(b []byte, q *shed.Quota, over bool) []byte {
 	return appendLimitRest(appendLimitStart(b, q), q, over)
 }
 
 // appendLimitStart appends the part of a RateLimit item that does not
 // change from request to request: `"name";r=`.
-func appendLimitStart(b []byte, q *Quota) []byte {
+func appendLimitStart(b []byte, q *shed.Quota) []byte {
 	return append(appendSFString(b, q.Policy), ";r="...)
 }
 
 // appendLimitRest appends the rest: `0;t=30`.
-func appendLimitRest(b []byte, q *Quota, over bool) []byte {
+func appendLimitRest(b []byte, q *shed.Quota, over bool) []byte {
 	b = sfInt(b, q.Remaining)
 	if q.Window > 0 || q.Reset > 0 {
 		b = append(b, ";t="...)
@@ -122,7 +123,7 @@ func appendLimitRest(b []byte, q *Quota, over bool) []byte {
 // values being built, after a ", " when they already hold one. The buffers
 // are passed in and returned, not kept in a struct behind a pointer, so
 // that the callers' stack arrays stay on the stack.
-func appendQuota(policy, limit []byte, q *Quota, over bool) ([]byte, []byte) {
+func appendQuota(policy, limit []byte, q *shed.Quota, over bool) ([]byte, []byte) {
 	if len(policy) > 0 {
 		policy = append(policy, ", "...)
 		limit = append(limit, ", "...)
@@ -141,7 +142,7 @@ type tightest struct {
 	windowed, set    bool
 }
 
-func (t *tightest) see(q *Quota) {
+func (t *tightest) see(q *shed.Quota) {
 	w := q.Window > 0
 	if !t.set || (w && !t.windowed) || (w == t.windowed && q.Remaining < t.remaining) {
 		*t = tightest{limit: q.Limit, remaining: q.Remaining, reset: q.Reset, windowed: w, set: true}
@@ -190,7 +191,7 @@ func setQuotaFields(h http.Header, pv, lv []string, t *tightest, legacy bool, no
 		v.vals[0] = v.str(sfInt(v.buf[:0], t.limit))
 		v.vals[1] = v.str(sfInt(v.buf[v.n:v.n], t.remaining))
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
-		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+CeilSeconds(t.reset)))
+		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+shed.CeilSeconds(t.reset)))
 		h[HeaderXRateLimitLimit] = v.vals[0:1:1]
 		h[HeaderXRateLimitRemaining] = v.vals[1:2:2]
 		h[HeaderXRateLimitReset] = v.vals[2:3:3]
@@ -364,7 +365,7 @@ func newPolicySets() *policySets { return &policySets{seed: maphash.MakeSeed()} 
 
 // lookup returns the set of the leases' quotas (at least one is not
 // zero), or nil when it is not cached and the cache is full.
-func (c *policySets) lookup(leases []Lease) *policySet {
+func (c *policySets) lookup(leases []shed.Lease) *policySet {
 	if s := c.last.Load(); s != nil && s.matches(leases) {
 		return s
 	}
@@ -378,7 +379,7 @@ func (c *policySets) lookup(leases []Lease) *policySet {
 	return s
 }
 
-func (c *policySets) find(leases []Lease) *policySet {
+func (c *policySets) find(leases []shed.Lease) *policySet {
 	var h uint64
 	for i := range leases {
 		if q := &leases[i].Quota; !q.IsZero() {
@@ -393,7 +394,7 @@ func (c *policySets) find(leases []Lease) *policySet {
 	return c.add(h, leases)
 }
 
-func (s *policySet) matches(leases []Lease) bool {
+func (s *policySet) matches(leases []shed.Lease) bool {
 	j := 0
 	for i := range leases {
 		q := &leases[i].Quota
@@ -411,7 +412,7 @@ func (s *policySet) matches(leases []Lease) bool {
 	return j == len(s.keys)
 }
 
-func (c *policySets) add(h uint64, leases []Lease) *policySet {
+func (c *policySets) add(h uint64, leases []shed.Lease) *policySet {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()

@@ -1,7 +1,8 @@
-package shed
+package shedhttp
 
 import (
 	"fmt"
+	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"sort"
 	"strings"
@@ -19,12 +20,12 @@ import (
 // The most specific annotation wins: an exact pattern before a "/*" one, a
 // longer "/*" prefix before a shorter one, and, for the same pattern, one
 // with the request's method before one without. Routes no key covers get
-// HTTPConfig.DefaultPriority.
+// Config.DefaultPriority.
 //
 // Because the key is the pattern, not the path, a shedder mounted with chi's
 // r.Use (before chi has routed) finds the route itself, with the router's
 // own matching, to look its annotation up.
-type RoutePriorities map[string]Priority
+type RoutePriorities map[string]shed.Priority
 
 // ParseRoutePriorities builds RoutePriorities from priority words
 // ("critical", "default", "sheddable", "test-mode"), as a configuration
@@ -32,13 +33,13 @@ type RoutePriorities map[string]Priority
 func ParseRoutePriorities(words map[string]string) (RoutePriorities, error) {
 	rp := make(RoutePriorities, len(words))
 	for k, w := range words {
-		p, err := ParsePriority(w)
+		p, err := shed.ParsePriority(w)
 		if err != nil {
-			return nil, fmt.Errorf("shed: route %q: %w", k, err)
+			return nil, fmt.Errorf("shedhttp: route %q: %w", k, err)
 		}
 		rp[k] = p
 	}
-	if _, err := compileRoutes(rp, Default, "RoutePriorities"); err != nil {
+	if _, err := compileRoutes(rp, shed.Default, "RoutePriorities"); err != nil {
 		return nil, err
 	}
 	return rp, nil
@@ -53,13 +54,13 @@ func ParseRoutePriorities(words map[string]string) (RoutePriorities, error) {
 // A priority in the context wins over RoutePriorities. An invalid p leaves
 // requests as they are. With the shedder mounted by r.Use at the top,
 // Prioritize on a route comes too late: annotate with RoutePriorities.
-func Prioritize(p Priority) func(http.Handler) http.Handler {
+func Prioritize(p shed.Priority) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		if !p.Valid() {
 			return next
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			next.ServeHTTP(w, r.WithContext(WithPriority(r.Context(), p)))
+			next.ServeHTTP(w, r.WithContext(shed.WithPriority(r.Context(), p)))
 		})
 	}
 }
@@ -97,12 +98,12 @@ func methodIndex(m string) int {
 }
 
 type ruleSet struct {
-	any     Priority
+	any     shed.Priority
 	hasAny  bool
-	methods map[string]Priority
+	methods map[string]shed.Priority
 }
 
-func (s *ruleSet) lookup(method string) (Priority, bool) {
+func (s *ruleSet) lookup(method string) (shed.Priority, bool) {
 	if p, ok := s.methods[method]; ok {
 		return p, true
 	}
@@ -118,14 +119,14 @@ type prefixRule struct {
 type routeRules struct {
 	exact    map[string]*ruleSet
 	prefixes []prefixRule // longest first
-	def      Priority
+	def      shed.Priority
 }
 
-func compileRoutes(rp RoutePriorities, def Priority, field string) (*routeRules, error) {
-	if !def.Valid() {
-		return nil, fmt.Errorf("shed: HTTPConfig.DefaultPriority: invalid priority %d", int8(def))
+func compileRoutes(rp RoutePriorities, def shed.Priority, field string) (*routeRules, error) {
+	if def != shed.Unset && !def.Valid() {
+		return nil, fmt.Errorf("shedhttp: Config.DefaultPriority: invalid priority %d", int8(def))
 	}
-	rr := &routeRules{exact: map[string]*ruleSet{}, def: def}
+	rr := &routeRules{exact: map[string]*ruleSet{}, def: def.Resolve()}
 	byPrefix := map[string]*ruleSet{}
 	keys := make([]string, 0, len(rp))
 	for k := range rp {
@@ -135,11 +136,11 @@ func compileRoutes(rp RoutePriorities, def Priority, field string) (*routeRules,
 	for _, k := range keys {
 		p := rp[k]
 		if !p.Valid() {
-			return nil, fmt.Errorf("shed: %s[%q]: invalid priority %d", field, k, int8(p))
+			return nil, fmt.Errorf("shedhttp: %s[%q]: invalid priority %d", field, k, int8(p))
 		}
 		method, pattern, err := splitRouteKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("shed: %s[%q]: %w", field, k, err)
+			return nil, fmt.Errorf("shedhttp: %s[%q]: %w", field, k, err)
 		}
 		var set *ruleSet
 		if prefix, ok := strings.CutSuffix(pattern, "/*"); ok {
@@ -157,7 +158,7 @@ func compileRoutes(rp RoutePriorities, def Priority, field string) (*routeRules,
 			set.any, set.hasAny = p, true
 		} else {
 			if set.methods == nil {
-				set.methods = map[string]Priority{}
+				set.methods = map[string]shed.Priority{}
 			}
 			set.methods[method] = p
 		}
@@ -192,7 +193,7 @@ func splitRouteKey(k string) (method, pattern string, err error) {
 
 // lookup returns the priority annotated for method and pattern; "" is the
 // pattern of a request no route matched.
-func (rr *routeRules) lookup(method, pattern string) Priority {
+func (rr *routeRules) lookup(method, pattern string) shed.Priority {
 	if pattern == "" {
 		return rr.def
 	}
@@ -223,7 +224,7 @@ func covers(prefix, pattern string) bool {
 // routeInfo is what one route pattern resolves to, per standard method.
 type routeInfo struct {
 	route [numMethods]string // "POST /v1/charges"
-	prio  [numMethods]Priority
+	prio  [numMethods]shed.Priority
 }
 
 // maxCachedRoutes bounds the route cache. Patterns come from the router, so
@@ -239,7 +240,7 @@ type routeTable struct {
 	cache atomic.Pointer[map[string]*routeInfo]
 }
 
-func (t *routeTable) resolve(method, pattern string) (route string, prio Priority) {
+func (t *routeTable) resolve(method, pattern string) (route string, prio shed.Priority) {
 	if pattern == "" {
 		return "", t.rules.def
 	}

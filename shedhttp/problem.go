@@ -1,6 +1,7 @@
-package shed
+package shedhttp
 
 import (
+	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,13 +31,13 @@ const ProblemContentType = "application/problem+json"
 var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // WriteRejection answers a rejected request the way the middleware does
-// unless HTTPConfig.OnReject says otherwise: the rejection's status (429 or
+// unless Config.OnReject says otherwise: the rejection's status (429 or
 // 503), Retry-After in whole seconds rounded up, the RateLimit-Policy and
 // RateLimit fields of the violated policies, and a problem document (RFC
 // 9457) whose "violated-policies" member names them. It writes only the
 // rejection's client-safe fields, never an internal error's text. Use it
 // from an OnReject that logs, counts or adds headers of its own first.
-func WriteRejection(w http.ResponseWriter, rej *Rejection) {
+func WriteRejection(w http.ResponseWriter, rej *shed.Rejection) {
 	writeRejection(w, rej, false, time.Time{}, &rejectionPolicies)
 }
 
@@ -44,7 +45,7 @@ func WriteRejection(w http.ResponseWriter, rej *Rejection) {
 // called on its own (from an OnReject).
 var rejectionPolicies policyCache
 
-func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time.Time, policies *policyCache) {
+func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, now time.Time, policies *policyCache) {
 	h := w.Header()
 	pv := new(problemValues)
 	if s := rej.RetryAfterSeconds(); s > 0 {
@@ -79,7 +80,7 @@ func writeRejection(w http.ResponseWriter, rej *Rejection, legacy bool, now time
 
 // writeProblem writes a problem document for status. detail must be
 // client-safe; it is escaped.
-func writeProblem(w http.ResponseWriter, status int, detail string, policies []Quota) {
+func writeProblem(w http.ResponseWriter, status int, detail string, policies []shed.Quota) {
 	writeProblemValues(w, status, detail, policies, new(problemValues))
 }
 
@@ -97,7 +98,7 @@ type problemValues struct {
 // str returns b, appended at v.buf[v.n:], as a string (see appendStable).
 func (v *problemValues) str(b []byte) string { return appendStable(v.buf[:], &v.n, b) }
 
-func writeProblemValues(w http.ResponseWriter, status int, detail string, policies []Quota, pv *problemValues) {
+func writeProblemValues(w http.ResponseWriter, status int, detail string, policies []shed.Quota, pv *problemValues) {
 	typ, title := "about:blank", http.StatusText(status)
 	switch status {
 	case http.StatusTooManyRequests:

@@ -1,4 +1,4 @@
-package shed_test
+package shedhttp_test
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/shedtest"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // seen records the requests a layer saw, safe for concurrent use.
@@ -53,9 +54,9 @@ func newChain(t testing.TB, layers ...shed.Layer) *shed.Chain {
 	return c
 }
 
-func newMW(t testing.TB, c *shed.Chain, cfg shed.HTTPConfig) func(http.Handler) http.Handler {
+func newMW(t testing.TB, c *shed.Chain, cfg shedhttp.Config) func(http.Handler) http.Handler {
 	t.Helper()
-	mw, err := c.Middleware(cfg)
+	mw, err := shedhttp.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestMiddlewareAdmitsSetsQuotaHeadersAndReleasesCompleted(t *testing.T) {
 	l.Quota = perKey
 	var s seen
 	l.OnAcquire = s.add
-	mw := newMW(t, newChain(t, l), shed.HTTPConfig{})
+	mw := newMW(t, newChain(t, l), shedhttp.Config{})
 	var inHandler http.Header
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inHandler = w.Header().Clone()
@@ -124,7 +125,7 @@ func TestMiddlewareOutcomes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := shedtest.NewLayer("l")
-			h := newMW(t, newChain(t, l), shed.HTTPConfig{})(http.HandlerFunc(tc.handler))
+			h := newMW(t, newChain(t, l), shedhttp.Config{})(http.HandlerFunc(tc.handler))
 			req := httptest.NewRequest("GET", "/", nil)
 			h.ServeHTTP(httptest.NewRecorder(), req)
 			if l.Released(tc.want) != 1 || l.ReleasedTotal() != 1 {
@@ -137,7 +138,7 @@ func TestMiddlewareOutcomes(t *testing.T) {
 func TestMiddlewareDroppedWhenClientGoes(t *testing.T) {
 	l := shedtest.NewLayer("l")
 	ctx, cancel := context.WithCancel(context.Background())
-	h := newMW(t, newChain(t, l), shed.HTTPConfig{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMW(t, newChain(t, l), shedhttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
@@ -149,7 +150,7 @@ func TestMiddlewareDroppedWhenClientGoes(t *testing.T) {
 
 func TestMiddlewarePanicReleasesFailedAndPropagates(t *testing.T) {
 	l1, l2 := shedtest.NewLayer("a"), shedtest.NewLayer("b")
-	h := newMW(t, newChain(t, l1, l2), shed.HTTPConfig{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := newMW(t, newChain(t, l1, l2), shedhttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("boom")
 	}))
 	func() {
@@ -166,7 +167,7 @@ func TestMiddlewarePanicReleasesFailedAndPropagates(t *testing.T) {
 		}
 	}
 	// The middleware keeps working after a panic.
-	h2 := newMW(t, newChain(t, l1), shed.HTTPConfig{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h2 := newMW(t, newChain(t, l1), shedhttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	h2.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	if l1.Released(shed.Completed) != 1 {
 		t.Error("a request after the panic did not complete")
@@ -183,8 +184,8 @@ type problem struct {
 
 func decodeProblem(t *testing.T, rec *httptest.ResponseRecorder) problem {
 	t.Helper()
-	if ct := rec.Header().Get("Content-Type"); ct != shed.ProblemContentType {
-		t.Fatalf("Content-Type = %q, want %q", ct, shed.ProblemContentType)
+	if ct := rec.Header().Get("Content-Type"); ct != shedhttp.ProblemContentType {
+		t.Fatalf("Content-Type = %q, want %q", ct, shedhttp.ProblemContentType)
 	}
 	var p problem
 	dec := json.NewDecoder(rec.Body)
@@ -198,11 +199,11 @@ func TestMiddlewareRejection429(t *testing.T) {
 	admit := shedtest.NewLayer("ratelimit")
 	admit.Quota = shed.Quota{Policy: "global", Limit: 1000, Window: time.Second, Remaining: 500, Reset: time.Second}
 	rej := shedtest.NewLayer("concurrency")
-	rej.Reject(shed.Throttled("concurrency", shed.Request{}, "too many requests in flight", 1500*time.Millisecond,
+	rej.Reject(shed.Throttled("too many requests in flight", 1500*time.Millisecond,
 		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 30 * time.Second},
 		shed.Quota{Policy: `in"flight\`, Limit: 5, Remaining: 0}))
 	called := false
-	h := newMW(t, newChain(t, admit, rej), shed.HTTPConfig{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
+	h := newMW(t, newChain(t, admit, rej), shedhttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/charges", nil))
 
@@ -227,7 +228,7 @@ func TestMiddlewareRejection429(t *testing.T) {
 		t.Error("the admitted layer's quota leaked into the rejection's fields")
 	}
 	p := decodeProblem(t, rec)
-	if p.Type != shed.ProblemQuotaExceeded || p.Status != 429 || p.Title == "" || p.Detail != "too many requests in flight" {
+	if p.Type != shedhttp.ProblemQuotaExceeded || p.Status != 429 || p.Title == "" || p.Detail != "too many requests in flight" {
 		t.Errorf("problem = %+v", p)
 	}
 	if len(p.Violated) != 2 || p.Violated[0] != "per-key" || p.Violated[1] != `in"flight\` {
@@ -247,15 +248,15 @@ func TestMiddlewareRejection503AndOddStatus(t *testing.T) {
 		wantStatus int
 		wantType   string
 	}{
-		{shed.Shed("worker", shed.Request{}, "shedding sheddable work", 0), 503, shed.ProblemReducedCapacity},
-		{&shed.Rejection{Layer: "x", Status: 0, Reason: ""}, 503, shed.ProblemReducedCapacity},
-		{&shed.Rejection{Layer: "x", Status: 200}, 503, shed.ProblemReducedCapacity},
+		{shed.Shed("shedding sheddable work", 0), 503, shedhttp.ProblemReducedCapacity},
+		{&shed.Rejection{Layer: "x", Status: 0, Reason: ""}, 503, shedhttp.ProblemReducedCapacity},
+		{&shed.Rejection{Layer: "x", Status: 200}, 503, shedhttp.ProblemReducedCapacity},
 		{&shed.Rejection{Layer: "x", Status: 403, Reason: "<script>\x00\xff"}, 403, "about:blank"},
 	} {
 		l := shedtest.NewLayer("l")
 		l.Reject(tc.rej)
 		rec := httptest.NewRecorder()
-		newMW(t, newChain(t, l), shed.HTTPConfig{})(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		newMW(t, newChain(t, l), shedhttp.Config{})(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 		if rec.Code != tc.wantStatus {
 			t.Errorf("%+v: status %d, want %d", tc.rej, rec.Code, tc.wantStatus)
 		}
@@ -281,7 +282,7 @@ func TestMiddlewareLegacyHeaders(t *testing.T) {
 	l.Quota = perKey
 	tight := shedtest.NewLayer("tight")
 	tight.Quota = shed.Quota{Policy: "burst", Limit: 10, Window: time.Second, Remaining: 3, Reset: 400 * time.Millisecond}
-	mw := newMW(t, newChain(t, l, tight), shed.HTTPConfig{LegacyHeaders: true, Clock: clock})
+	mw := newMW(t, newChain(t, l, tight), shedhttp.Config{LegacyHeaders: true, Clock: clock})
 	rec := httptest.NewRecorder()
 	mw(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	h := rec.Header()
@@ -293,7 +294,7 @@ func TestMiddlewareLegacyHeaders(t *testing.T) {
 		t.Errorf("RateLimit = %q, want %q", got, want)
 	}
 
-	l.Reject(shed.Throttled("rl", shed.Request{}, "slow down", time.Second, shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 5 * time.Second}))
+	l.Reject(shed.Throttled("slow down", time.Second, shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 5 * time.Second}))
 	rec = httptest.NewRecorder()
 	mw(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 429 || rec.Header().Get("X-RateLimit-Remaining") != "0" || rec.Header().Get("X-RateLimit-Reset") != "1700000001" ||
@@ -313,7 +314,7 @@ func TestMiddlewareLegacyHeadersPreferRateQuotas(t *testing.T) {
 	inFlight.Quota = shed.Quota{Policy: "in-flight-per-key", Limit: 8, Remaining: 7}
 	for _, order := range [][]shed.Layer{{rate, inFlight}, {inFlight, rate}} {
 		rec := httptest.NewRecorder()
-		newMW(t, newChain(t, order...), shed.HTTPConfig{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
+		newMW(t, newChain(t, order...), shedhttp.Config{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
 			ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 		h := rec.Header()
 		if h.Get("X-RateLimit-Limit") != "10" || h.Get("X-RateLimit-Remaining") != "9" || h.Get("X-RateLimit-Reset") != "1700000006" {
@@ -323,7 +324,7 @@ func TestMiddlewareLegacyHeadersPreferRateQuotas(t *testing.T) {
 	}
 	// With only an in-flight quota, it is the one described.
 	rec := httptest.NewRecorder()
-	newMW(t, newChain(t, inFlight), shed.HTTPConfig{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
+	newMW(t, newChain(t, inFlight), shedhttp.Config{LegacyHeaders: true, Clock: clock})(http.NotFoundHandler()).
 		ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if h := rec.Header(); h.Get("X-RateLimit-Limit") != "8" || h.Get("X-RateLimit-Remaining") != "7" {
 		t.Errorf("in-flight only: legacy headers = %q %q, want 8 7", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
@@ -332,9 +333,9 @@ func TestMiddlewareLegacyHeadersPreferRateQuotas(t *testing.T) {
 
 func TestMiddlewareOnRejectReplacesEverything(t *testing.T) {
 	l := shedtest.NewLayer("l")
-	l.Reject(shed.Throttled("l", shed.Request{}, "no", time.Minute, perKey))
+	l.Reject(shed.Throttled("no", time.Minute, perKey))
 	var got *shed.Rejection
-	mw := newMW(t, newChain(t, l), shed.HTTPConfig{LegacyHeaders: true, OnReject: func(w http.ResponseWriter, r *http.Request, rej *shed.Rejection) {
+	mw := newMW(t, newChain(t, l), shedhttp.Config{LegacyHeaders: true, OnReject: func(w http.ResponseWriter, r *http.Request, rej *shed.Rejection) {
 		got = rej
 		w.WriteHeader(http.StatusTeapot)
 	}})
@@ -356,7 +357,7 @@ func TestMiddlewareNonRejectionError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	w := &strictWriter{t: t, h: http.Header{}}
-	newMW(t, newChain(t, l), shed.HTTPConfig{})(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	newMW(t, newChain(t, l), shedhttp.Config{})(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
 	if w.status != 0 || w.n != 0 || len(w.h) != 0 {
 		t.Errorf("wrote %d, %d bytes, %v to a client that is gone", w.status, w.n, w.h)
 	}
@@ -364,7 +365,7 @@ func TestMiddlewareNonRejectionError(t *testing.T) {
 	// Still here (an internal error of a layer): a bare 503, no error text.
 	l.Reject(errors.New("redis: connection pool exhausted at 10.0.0.3"))
 	rec := httptest.NewRecorder()
-	newMW(t, newChain(t, l), shed.HTTPConfig{})(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	newMW(t, newChain(t, l), shedhttp.Config{})(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 503 || strings.Contains(rec.Body.String(), "redis") {
 		t.Errorf("got %d %q, want a 503 without the internal error", rec.Code, rec.Body)
 	}
@@ -402,7 +403,7 @@ func TestMiddlewareWritesNothingAfterTheHandler(t *testing.T) {
 	l.Quota = perKey
 	for _, status := range []int{200, 500} {
 		w := &strictWriter{t: t, h: http.Header{}}
-		newMW(t, newChain(t, l), shed.HTTPConfig{LegacyHeaders: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		newMW(t, newChain(t, l), shedhttp.Config{LegacyHeaders: true})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(status)
 			_, _ = w.Write([]byte("body"))
 		})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -416,7 +417,7 @@ func TestMiddlewareResponseControllerFlushAndHijack(t *testing.T) {
 	l := shedtest.NewLayer("l")
 	releases := make(chan shed.Outcome, 2)
 	l.OnRelease = func(_ *shed.Lease, o shed.Outcome) { releases <- o }
-	mw := newMW(t, newChain(t, l), shed.HTTPConfig{})
+	mw := newMW(t, newChain(t, l), shedhttp.Config{})
 	flushed := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.Handle("/stream", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -496,7 +497,7 @@ func TestMiddlewareResponseControllerFlushAndHijack(t *testing.T) {
 
 func TestMiddlewareHijackUnsupported(t *testing.T) {
 	l := shedtest.NewLayer("l")
-	newMW(t, newChain(t, l), shed.HTTPConfig{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	newMW(t, newChain(t, l), shedhttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, _, err := http.NewResponseController(w).Hijack(); err == nil {
 			t.Error("Hijack on a ResponseRecorder succeeded")
 		}
@@ -509,41 +510,41 @@ func TestMiddlewareHijackUnsupported(t *testing.T) {
 func TestMiddlewareConfigErrors(t *testing.T) {
 	c := newChain(t, shedtest.NewLayer("l"))
 	for _, tc := range []struct {
-		cfg  shed.HTTPConfig
+		cfg  shedhttp.Config
 		want string
 	}{
-		{shed.HTTPConfig{ClientIP: shed.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "10.0.0.0/33"}}}, "HTTPConfig.ClientIP.TrustedProxies[1]"},
-		{shed.HTTPConfig{ClientIP: shed.ClientIPConfig{TrustedProxies: []string{"proxy.internal"}}}, "HTTPConfig.ClientIP.TrustedProxies[0]"},
-		{shed.HTTPConfig{ClientIP: shed.ClientIPConfig{Header: "X Forwarded"}}, "HTTPConfig.ClientIP.Header"},
-		{shed.HTTPConfig{Priorities: shed.RoutePriorities{"v1/charges": shed.Critical}}, "HTTPConfig.Priorities"},
-		{shed.HTTPConfig{Priorities: shed.RoutePriorities{"post /v1/charges": shed.Critical}}, "HTTPConfig.Priorities"},
-		{shed.HTTPConfig{Priorities: shed.RoutePriorities{"/v1": shed.Priority(9)}}, "HTTPConfig.Priorities"},
-		{shed.HTTPConfig{DefaultPriority: shed.Priority(-7)}, "HTTPConfig.DefaultPriority"},
-		{shed.HTTPConfig{OnKeyError: 9}, "HTTPConfig.OnKeyError"},
-		{shed.HTTPConfig{MaxKeyLength: -1}, "HTTPConfig.MaxKeyLength"},
+		{shedhttp.Config{ClientIP: shedhttp.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "10.0.0.0/33"}}}, "Config.ClientIP.TrustedProxies[1]"},
+		{shedhttp.Config{ClientIP: shedhttp.ClientIPConfig{TrustedProxies: []string{"proxy.internal"}}}, "Config.ClientIP.TrustedProxies[0]"},
+		{shedhttp.Config{ClientIP: shedhttp.ClientIPConfig{Header: "X Forwarded"}}, "Config.ClientIP.Header"},
+		{shedhttp.Config{Priorities: shedhttp.RoutePriorities{"v1/charges": shed.Critical}}, "Config.Priorities"},
+		{shedhttp.Config{Priorities: shedhttp.RoutePriorities{"post /v1/charges": shed.Critical}}, "Config.Priorities"},
+		{shedhttp.Config{Priorities: shedhttp.RoutePriorities{"/v1": shed.Priority(9)}}, "Config.Priorities"},
+		{shedhttp.Config{DefaultPriority: shed.Priority(-7)}, "Config.DefaultPriority"},
+		{shedhttp.Config{OnKeyError: 9}, "Config.OnKeyError"},
+		{shedhttp.Config{MaxKeyLength: -1}, "Config.MaxKeyLength"},
 	} {
-		if _, err := c.Middleware(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := shedhttp.New(c, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want one naming %s", tc.cfg, err, tc.want)
 		}
 	}
 	var nilChain *shed.Chain
-	if _, err := nilChain.Middleware(shed.HTTPConfig{}); err == nil {
+	if _, err := shedhttp.New(nilChain, shedhttp.Config{}); err == nil {
 		t.Error("a nil chain built middleware")
 	}
 }
 
 func TestParseRoutePriorities(t *testing.T) {
-	rp, err := shed.ParseRoutePriorities(map[string]string{"POST /v1/charges": "critical", "/v1/reports/*": "Sheddable", "/v1/test": "test-mode"})
+	rp, err := shedhttp.ParseRoutePriorities(map[string]string{"POST /v1/charges": "critical", "/v1/reports/*": "Sheddable", "/v1/test": "test-mode"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rp["POST /v1/charges"] != shed.Critical || rp["/v1/reports/*"] != shed.Sheddable || rp["/v1/test"] != shed.TestMode {
 		t.Errorf("parsed %v", rp)
 	}
-	if _, err := shed.ParseRoutePriorities(map[string]string{"/x": "urgent"}); err == nil || !strings.Contains(err.Error(), "critical") {
+	if _, err := shedhttp.ParseRoutePriorities(map[string]string{"/x": "urgent"}); err == nil || !strings.Contains(err.Error(), "critical") {
 		t.Errorf("unknown word: err = %v, want one listing the valid words", err)
 	}
-	if _, err := shed.ParseRoutePriorities(map[string]string{"x": "critical"}); err == nil {
+	if _, err := shedhttp.ParseRoutePriorities(map[string]string{"x": "critical"}); err == nil {
 		t.Error("a pattern without '/' parsed")
 	}
 }
@@ -556,7 +557,7 @@ func routeRecorder(t *testing.T) (*shed.Chain, *seen) {
 	return newChain(t, l), s
 }
 
-var annotations = shed.RoutePriorities{
+var annotations = shedhttp.RoutePriorities{
 	"POST /v1/charges": shed.Critical,
 	"/v1/charges/*":    shed.Default,
 	"/v1/reports/*":    shed.Sheddable,
@@ -573,7 +574,7 @@ func ok(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok")
 func TestChiUseResolvesRoutesBeforeRouting(t *testing.T) {
 	c, s := routeRecorder(t)
 	r := chi.NewRouter()
-	r.Use(newMW(t, c, shed.HTTPConfig{Priorities: annotations, DefaultPriority: shed.Default}))
+	r.Use(newMW(t, c, shedhttp.Config{Priorities: annotations, DefaultPriority: shed.Default}))
 	r.Post("/v1/charges", ok)
 	r.Get("/v1/charges/{id}", ok)
 	r.Route("/v1/reports", func(r chi.Router) {
@@ -620,12 +621,12 @@ func TestChiUseResolvesRoutesBeforeRouting(t *testing.T) {
 // inside a sub-router's r.Use, where chi has routed (part of) the request.
 func TestChiWithPerGroup(t *testing.T) {
 	c, s := routeRecorder(t)
-	mw := newMW(t, c, shed.HTTPConfig{Priorities: annotations})
+	mw := newMW(t, c, shedhttp.Config{Priorities: annotations})
 	r := chi.NewRouter()
-	r.With(shed.Prioritize(shed.Critical), mw).Post("/v1/refunds", ok)
+	r.With(shedhttp.Prioritize(shed.Critical), mw).Post("/v1/refunds", ok)
 	r.With(mw).Post("/v1/charges", ok)
 	r.Group(func(r chi.Router) {
-		r.Use(shed.Prioritize(shed.Sheddable), mw)
+		r.Use(shedhttp.Prioritize(shed.Sheddable), mw)
 		r.Get("/v1/events/{id}", ok)
 	})
 	r.Route("/v2", func(r chi.Router) {
@@ -673,7 +674,7 @@ func TestMiddlewareOutsideTheRouterUsesConfiguredRoutes(t *testing.T) {
 	c, s := routeRecorder(t)
 	r := chi.NewRouter()
 	r.Post("/v1/charges", ok)
-	h := newMW(t, c, shed.HTTPConfig{Routes: r, Priorities: annotations})(r)
+	h := newMW(t, c, shedhttp.Config{Routes: r, Priorities: annotations})(r)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/charges", nil))
 	if got := s.last(t); rec.Code != 200 || got.Route != "POST /v1/charges" || got.Priority != shed.Critical {
@@ -683,7 +684,7 @@ func TestMiddlewareOutsideTheRouterUsesConfiguredRoutes(t *testing.T) {
 
 func TestMiddlewareWithServeMuxPattern(t *testing.T) {
 	c, s := routeRecorder(t)
-	mw := newMW(t, c, shed.HTTPConfig{Priorities: shed.RoutePriorities{"GET /files/{name}": shed.Sheddable}})
+	mw := newMW(t, c, shedhttp.Config{Priorities: shedhttp.RoutePriorities{"GET /files/{name}": shed.Sheddable}})
 	mux := http.NewServeMux()
 	mux.Handle("GET /files/{name}", mw(http.HandlerFunc(ok)))
 	rec := httptest.NewRecorder()
@@ -695,12 +696,15 @@ func TestMiddlewareWithServeMuxPattern(t *testing.T) {
 
 func TestMiddlewarePriorityHookAndCost(t *testing.T) {
 	c, s := routeRecorder(t)
-	mw := newMW(t, c, shed.HTTPConfig{
-		Key:        shed.KeyHeader("X-API-Key"),
+	mw := newMW(t, c, shedhttp.Config{
+		Key:        shedhttp.KeyHeader("X-API-Key"),
 		Priorities: annotations,
 		Priority: func(r *http.Request, p shed.Priority) shed.Priority {
 			if strings.HasPrefix(r.Header.Get("X-API-Key"), "sk_test_") {
 				return shed.TestMode
+			}
+			if strings.HasPrefix(r.Header.Get("X-API-Key"), "sk_plain_") {
+				return shed.Default
 			}
 			return p
 		},
@@ -724,6 +728,14 @@ func TestMiddlewarePriorityHookAndCost(t *testing.T) {
 	if got := s.last(t); got.Priority != shed.Sheddable {
 		t.Errorf("context priority ignored: %+v", got)
 	}
+	// The hook has the last word, even when it lowers a context's
+	// Critical to Default: Default is not "unset".
+	req = httptest.NewRequest("POST", "/v1/charges", nil)
+	req.Header.Set("X-API-Key", "sk_plain_abc")
+	mw(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req.WithContext(shed.WithPriority(req.Context(), shed.Critical)))
+	if got := s.last(t); got.Priority != shed.Default {
+		t.Errorf("hook's Default overridden: %+v", got)
+	}
 }
 
 func TestMiddlewareDeadlineFromContext(t *testing.T) {
@@ -731,7 +743,7 @@ func TestMiddlewareDeadlineFromContext(t *testing.T) {
 	dl := time.Now().Add(time.Hour)
 	ctx, cancel := context.WithDeadline(context.Background(), dl)
 	defer cancel()
-	newMW(t, c, shed.HTTPConfig{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	newMW(t, c, shedhttp.Config{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
 	if got := s.last(t); !got.Deadline.Equal(dl) {
 		t.Errorf("deadline %v, want %v", got.Deadline, dl)
 	}
@@ -739,18 +751,18 @@ func TestMiddlewareDeadlineFromContext(t *testing.T) {
 
 func TestMiddlewareKeyErrorPolicies(t *testing.T) {
 	for _, tc := range []struct {
-		policy  shed.KeyErrorPolicy
+		policy  shedhttp.KeyErrorPolicy
 		wantKey string
 		status  int
 	}{
-		{shed.KeyFallbackClientIP, "198.51.100.9", 200},
-		{shed.KeyShared, shed.AnonymousKey, 200},
-		{shed.KeyReject, "", 400},
+		{shedhttp.KeyFallbackClientIP, "198.51.100.9", 200},
+		{shedhttp.KeyShared, shedhttp.AnonymousKey, 200},
+		{shedhttp.KeyReject, "", 400},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			c, s := routeRecorder(t)
-			mw := newMW(t, c, shed.HTTPConfig{Key: shed.KeyHeader("X-API-Key"), OnKeyError: tc.policy})
-			for _, hdr := range []string{"", strings.Repeat("k", shed.MaxKeyPart+1)} {
+			mw := newMW(t, c, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key"), OnKeyError: tc.policy})
+			for _, hdr := range []string{"", strings.Repeat("k", shedhttp.MaxKeyPart+1)} {
 				req := httptest.NewRequest("GET", "/", nil)
 				req.RemoteAddr = "198.51.100.9:4000"
 				if hdr != "" {
@@ -777,16 +789,16 @@ func TestMiddlewareKeyErrorPolicies(t *testing.T) {
 	c, s := routeRecorder(t)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "@"
-	newMW(t, c, shed.HTTPConfig{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
-	if got := s.last(t); got.Key != shed.UnknownKey {
-		t.Errorf("key %q, want %q", got.Key, shed.UnknownKey)
+	newMW(t, c, shedhttp.Config{})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
+	if got := s.last(t); got.Key != shedhttp.UnknownKey {
+		t.Errorf("key %q, want %q", got.Key, shedhttp.UnknownKey)
 	}
 	// A KeyFunc returning an over-long key counts as failing.
 	c, s = routeRecorder(t)
 	long := func(*http.Request) (string, error) { return strings.Repeat("x", 50), nil }
 	req = httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "192.0.2.1:1"
-	newMW(t, c, shed.HTTPConfig{Key: long, MaxKeyLength: 10})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
+	newMW(t, c, shedhttp.Config{Key: long, MaxKeyLength: 10})(http.HandlerFunc(ok)).ServeHTTP(httptest.NewRecorder(), req)
 	if got := s.last(t); got.Key != "192.0.2.1" {
 		t.Errorf("key %q, want the client IP fallback", got.Key)
 	}
@@ -797,9 +809,9 @@ func TestMiddlewareKeyErrorPolicies(t *testing.T) {
 func TestMiddlewareBadInput(t *testing.T) {
 	c, _ := routeRecorder(t)
 	r := chi.NewRouter()
-	r.Use(newMW(t, c, shed.HTTPConfig{
-		Key:        shed.KeyCombine(shed.KeyHeader("X-API-Key"), shed.KeyBearer()),
-		ClientIP:   shed.ClientIPConfig{TrustedProxies: []string{"0.0.0.0/0", "::/0"}},
+	r.Use(newMW(t, c, shedhttp.Config{
+		Key:        shedhttp.KeyCombine(shedhttp.KeyHeader("X-API-Key"), shedhttp.KeyBearer()),
+		ClientIP:   shedhttp.ClientIPConfig{TrustedProxies: []string{"0.0.0.0/0", "::/0"}},
 		Priorities: annotations, LegacyHeaders: true,
 	}))
 	r.Get("/v1/charges/{id}", ok)
@@ -843,7 +855,7 @@ func TestMiddlewareConcurrent(t *testing.T) {
 	l := shedtest.NewLayer("l")
 	l.Quota = perKey
 	r := chi.NewRouter()
-	r.Use(newMW(t, newChain(t, l), shed.HTTPConfig{Priorities: annotations, LegacyHeaders: true}))
+	r.Use(newMW(t, newChain(t, l), shedhttp.Config{Priorities: annotations, LegacyHeaders: true}))
 	r.Get("/v1/charges/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if chi.URLParam(r, "id") == "fail" {
 			w.WriteHeader(500)
@@ -896,10 +908,10 @@ func FuzzMiddleware(f *testing.F) {
 	l.Quota = shed.Quota{Policy: "p\"\\\xff", Limit: -5, Window: -time.Second, Remaining: 1 << 62, Reset: -1}
 	c := newChain(f, l)
 	r := chi.NewRouter()
-	r.Use(newMW(f, c, shed.HTTPConfig{
-		Key:           shed.KeyCombine(shed.KeyHeader("X-API-Key"), shed.KeyBearer()),
-		OnKeyError:    shed.KeyShared,
-		ClientIP:      shed.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "::1"}},
+	r.Use(newMW(f, c, shedhttp.Config{
+		Key:           shedhttp.KeyCombine(shedhttp.KeyHeader("X-API-Key"), shedhttp.KeyBearer()),
+		OnKeyError:    shedhttp.KeyShared,
+		ClientIP:      shedhttp.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "::1"}},
 		Priorities:    annotations,
 		LegacyHeaders: true,
 	}))
@@ -925,8 +937,8 @@ func FuzzMiddleware(f *testing.F) {
 
 func TestMiddlewareSkip(t *testing.T) {
 	l := shedtest.NewLayer("l")
-	l.Reject(shed.Shed("l", shed.Request{}, "shedding", time.Second))
-	h := newMW(t, newChain(t, l), shed.HTTPConfig{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }})(http.HandlerFunc(ok))
+	l.Reject(shed.Shed("shedding", time.Second))
+	h := newMW(t, newChain(t, l), shedhttp.Config{Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" }})(http.HandlerFunc(ok))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 200 || l.Rejected() != 0 {
@@ -974,8 +986,8 @@ func TestMiddlewareQuotaFieldsPerResponse(t *testing.T) {
 	inner := &quotaLayer{name: "inner", quota: func(n int) shed.Quota {
 		return shed.Quota{Policy: "in-flight", Limit: 10, Remaining: int64(9 - n%10)}
 	}}
-	h := newMW(t, newChain(t, outer), shed.HTTPConfig{LegacyHeaders: true, Clock: shedtest.NewClock(time.Unix(1_700_000_000, 0))})(
-		newMW(t, newChain(t, inner), shed.HTTPConfig{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newMW(t, newChain(t, outer), shedhttp.Config{LegacyHeaders: true, Clock: shedtest.NewClock(time.Unix(1_700_000_000, 0))})(
+		newMW(t, newChain(t, inner), shedhttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Add("RateLimit", `"handler";r=1`)
 			w.Header().Add("RateLimit-Policy", `"handler";q=2;w=1`)
 			w.Header().Add("X-RateLimit-Limit", "7")
@@ -1018,7 +1030,7 @@ func TestMiddlewareAdmitAllocationsWithQuota(t *testing.T) {
 	}{{false, 1}, {true, 2}} {
 		l := shedtest.NewLayer("l")
 		l.Quota = perKey
-		h := newMW(t, newChain(t, l), shed.HTTPConfig{LegacyHeaders: tc.legacy})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := newMW(t, newChain(t, l), shedhttp.Config{LegacyHeaders: tc.legacy})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = "192.0.2.7:5555"
 		hdr := http.Header{}

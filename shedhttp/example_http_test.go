@@ -1,4 +1,4 @@
-package shed_test
+package shedhttp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // perKeyQuota is a toy layer for the examples: each key may make limit
@@ -30,7 +31,7 @@ func (l *perKeyQuota) Acquire(_ context.Context, req shed.Request) (shed.Lease, 
 	defer l.mu.Unlock()
 	q := shed.Quota{Policy: "per-key", Limit: l.limit, Window: time.Minute, Reset: 30 * time.Second}
 	if l.used[req.Key] >= l.limit {
-		return shed.Lease{}, shed.Throttled(l.Name(), req, "rate limit exceeded", 30*time.Second, q)
+		return shed.Lease{}, shed.Throttled("rate limit exceeded", 30*time.Second, q)
 	}
 	l.used[req.Key]++
 	q.Remaining = l.limit - l.used[req.Key]
@@ -53,7 +54,7 @@ func (r reportPriority) Acquire(_ context.Context, req shed.Request) (shed.Lease
 
 func (reportPriority) Release(*shed.Lease, shed.Outcome) {}
 
-func ExampleChain_Middleware() {
+func ExampleNew() {
 	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{
 		reportPriority{},
 		&perKeyQuota{limit: 1, used: map[string]int64{}},
@@ -61,9 +62,9 @@ func ExampleChain_Middleware() {
 	if err != nil {
 		panic(err)
 	}
-	shedder, err := chain.Middleware(shed.HTTPConfig{
-		Key: shed.KeyHash(shed.KeyHeader("X-API-Key")), // fall back to the client IP without one
-		Priorities: shed.RoutePriorities{
+	shedder, err := shedhttp.New(chain, shedhttp.Config{
+		Key: shedhttp.KeyHash(shedhttp.KeyHeader("X-API-Key")), // fall back to the client IP without one
+		Priorities: shedhttp.RoutePriorities{
 			"POST /v1/charges": shed.Critical,
 			"/v1/reports/*":    shed.Sheddable,
 		},
@@ -107,11 +108,11 @@ func ExampleChain_Middleware() {
 
 func ExamplePrioritize() {
 	chain, _ := shed.NewChain(shed.Config{Layers: []shed.Layer{reportPriority{}}})
-	shedder, _ := chain.Middleware(shed.HTTPConfig{})
+	shedder, _ := shedhttp.New(chain, shedhttp.Config{})
 
 	r := chi.NewRouter()
 	// Mounted per route, the shedder runs after chi routed, after the marker.
-	r.With(shed.Prioritize(shed.Critical), shedder).Post("/v1/charges", func(http.ResponseWriter, *http.Request) {})
+	r.With(shedhttp.Prioritize(shed.Critical), shedder).Post("/v1/charges", func(http.ResponseWriter, *http.Request) {})
 	r.With(shedder).Get("/v1/balance", func(http.ResponseWriter, *http.Request) {})
 
 	for _, req := range []*http.Request{
@@ -126,7 +127,7 @@ func ExamplePrioritize() {
 }
 
 func ExampleNewClientIP() {
-	ip, err := shed.NewClientIP(shed.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}})
+	ip, err := shedhttp.NewClientIP(shedhttp.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}})
 	if err != nil {
 		panic(err)
 	}
@@ -136,7 +137,7 @@ func ExampleNewClientIP() {
 	a, _ := ip.Addr(req)
 	fmt.Println(a) // the first untrusted hop from the right; 6.6.6.6 was the client's own claim
 
-	key := shed.KeyCombine(shed.KeyHeader("X-Tenant"), shed.KeyClientIP(ip))
+	key := shedhttp.KeyCombine(shedhttp.KeyHeader("X-Tenant"), shedhttp.KeyClientIP(ip))
 	req.Header.Set("X-Tenant", "acme")
 	k, _ := key(req)
 	fmt.Println(k)
@@ -146,9 +147,9 @@ func ExampleNewClientIP() {
 }
 
 func ExampleWriteRejection() {
-	rej := shed.Shed("worker", shed.Request{}, "shedding sheddable work", 1500*time.Millisecond)
+	rej := shed.Shed("shedding sheddable work", 1500*time.Millisecond)
 	rec := httptest.NewRecorder()
-	shed.WriteRejection(rec, rej)
+	shedhttp.WriteRejection(rec, rej)
 	fmt.Println(rec.Code, rec.Header().Get("Retry-After"))
 	fmt.Print(rec.Body)
 	// Output:

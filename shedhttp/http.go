@@ -1,9 +1,10 @@
-package shed
+package shedhttp
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/loadshed/loadshed/shed"
 	"io"
 	"net"
 	"net/http"
@@ -14,12 +15,12 @@ import (
 )
 
 // KeyErrorPolicy says what the middleware does with a request whose key
-// cannot be extracted (HTTPConfig.Key failed).
+// cannot be extracted (Config.Key failed).
 type KeyErrorPolicy uint8
 
 const (
 	// KeyFallbackClientIP keys the request on its client IP instead, as
-	// HTTPConfig.ClientIP resolves it (the default). A request without even
+	// Config.ClientIP resolves it (the default). A request without even
 	// an IP (a Unix socket peer) shares the key "unknown".
 	KeyFallbackClientIP KeyErrorPolicy = iota
 	// KeyShared puts every such request under one shared key, "anonymous":
@@ -51,14 +52,14 @@ const (
 	AnonymousKey = "anonymous"
 )
 
-// DefaultMaxKeyLength is HTTPConfig.MaxKeyLength's default.
+// DefaultMaxKeyLength is Config.MaxKeyLength's default.
 const DefaultMaxKeyLength = 1024
 
-// HTTPConfig configures the HTTP middleware. The zero value keys requests on
+// Config configures the HTTP middleware. The zero value keys requests on
 // the peer's IP address, gives every route Default priority and cost 1, and
 // answers rejections with the rejection's status, Retry-After, the
 // RateLimit fields and a problem document.
-type HTTPConfig struct {
+type Config struct {
 	// Key says who is asking (default: the client IP, see ClientIP).
 	// Combine KeyHeader, KeyBearer, KeyClientIP, KeyFrom with KeyCombine.
 	Key KeyFunc
@@ -84,13 +85,13 @@ type HTTPConfig struct {
 	Priorities RoutePriorities
 	// DefaultPriority is the priority of routes Priorities does not cover
 	// (default Default).
-	DefaultPriority Priority
+	DefaultPriority shed.Priority
 	// Priority, when set, has the last word on a request's priority: it is
-	// given the request and the priority the context (WithPriority) or the
-	// route annotations gave it. Use it for traffic that is known by its
-	// key, such as test-mode credentials. (A Default it returns still
-	// yields to a priority in the context, as Prepare has it.)
-	Priority func(r *http.Request, p Priority) Priority
+	// given the request and the priority the context (shed.WithPriority)
+	// or the route annotations gave it, and what it returns is final
+	// (shed.Unset, or an invalid value, keeps the given one). Use it for
+	// traffic that is known by its key, such as test-mode credentials.
+	Priority func(r *http.Request, p shed.Priority) shed.Priority
 	// Cost is how many units a request takes (default 1). Values below 1
 	// count as 1.
 	Cost func(r *http.Request) int64
@@ -102,7 +103,7 @@ type HTTPConfig struct {
 
 	// OnReject, when set, answers every rejection instead of the default
 	// response (see WriteRejection); nothing else is written for it.
-	OnReject func(w http.ResponseWriter, r *http.Request, rej *Rejection)
+	OnReject func(w http.ResponseWriter, r *http.Request, rej *shed.Rejection)
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (a Unix time) for the tightest rate quota (the one
 	// with the fewest units left among those with a window; a limit on
@@ -110,24 +111,24 @@ type HTTPConfig struct {
 	// only know those.
 	LegacyHeaders bool
 	// Clock is read for X-RateLimit-Reset (default SystemClock).
-	Clock Clock
+	Clock shed.Clock
 }
 
-// middleware is a checked HTTPConfig bound to a chain.
+// middleware is a checked Config bound to a chain.
 type middleware struct {
-	chain      *Chain
+	chain      *shed.Chain
 	key        KeyFunc
 	onKeyError KeyErrorPolicy
 	maxKey     int
 	clientIP   *ClientIP
 	routes     chi.Routes
 	table      routeTable
-	priority   func(*http.Request, Priority) Priority
+	priority   func(*http.Request, shed.Priority) shed.Priority
 	cost       func(*http.Request) int64
-	onReject   func(http.ResponseWriter, *http.Request, *Rejection)
+	onReject   func(http.ResponseWriter, *http.Request, *shed.Rejection)
 	skip       func(*http.Request) bool
 	legacy     bool
-	clock      Clock
+	clock      shed.Clock
 	states     sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
 	// caches what admitted requests' fields need per set of policies.
@@ -135,15 +136,15 @@ type middleware struct {
 	sets     *policySets
 }
 
-// Middleware checks cfg and returns net/http middleware that runs every
-// request through c: usable as it is with chi's r.Use and r.With, and with
+// New checks cfg and returns net/http middleware that runs every
+// request through chain: usable as it is with chi's r.Use and r.With, and with
 // any router that takes func(http.Handler) http.Handler.
 //
 // For each request it resolves the key, the route pattern (routing the
 // request itself when mounted before the router has), the priority (the
-// context's, else the route's annotation, then HTTPConfig.Priority), the
+// context's, else the route's annotation, then Config.Priority), the
 // cost and the deadline (the request context's); runs the chain; answers a
-// rejection (see HTTPConfig.OnReject); and otherwise sets the RateLimit
+// rejection (see Config.OnReject); and otherwise sets the RateLimit
 // fields of the leases' quotas, calls the handler, and releases the leases
 // exactly once: Dropped when the request's context ended, Failed when the
 // handler panicked (the panic goes on) or answered 5xx, Completed
@@ -154,8 +155,8 @@ type middleware struct {
 // http.NewResponseController works through it.
 //
 // An invalid config is an error naming the field.
-func (c *Chain) Middleware(cfg HTTPConfig) (func(http.Handler) http.Handler, error) {
-	m, err := newMiddleware(c, cfg)
+func New(chain *shed.Chain, cfg Config) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(chain, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -167,22 +168,32 @@ func (c *Chain) Middleware(cfg HTTPConfig) (func(http.Handler) http.Handler, err
 	}, nil
 }
 
-func newMiddleware(c *Chain, cfg HTTPConfig) (*middleware, error) {
+// MustNew is New for a config known to be valid, such as a literal in
+// main: it panics on an invalid one, so that it fits inline in r.Use.
+func MustNew(chain *shed.Chain, cfg Config) func(http.Handler) http.Handler {
+	mw, err := New(chain, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 	if c == nil {
-		return nil, errors.New("shed: Middleware called on a nil *Chain")
+		return nil, errors.New("shedhttp: New called with a nil *shed.Chain")
 	}
 	var errs []error
-	ip, err := newClientIP(cfg.ClientIP, "HTTPConfig.ClientIP")
+	ip, err := newClientIP(cfg.ClientIP, "Config.ClientIP")
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if cfg.OnKeyError > KeyReject {
-		errs = append(errs, fmt.Errorf("shed: HTTPConfig.OnKeyError: unknown policy %d", cfg.OnKeyError))
+		errs = append(errs, fmt.Errorf("shedhttp: Config.OnKeyError: unknown policy %d", cfg.OnKeyError))
 	}
 	if cfg.MaxKeyLength < 0 {
-		errs = append(errs, fmt.Errorf("shed: HTTPConfig.MaxKeyLength must not be negative, got %d", cfg.MaxKeyLength))
+		errs = append(errs, fmt.Errorf("shedhttp: Config.MaxKeyLength must not be negative, got %d", cfg.MaxKeyLength))
 	}
-	rules, err := compileRoutes(cfg.Priorities, cfg.DefaultPriority, "HTTPConfig.Priorities")
+	rules, err := compileRoutes(cfg.Priorities, cfg.DefaultPriority, "Config.Priorities")
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -192,7 +203,7 @@ func newMiddleware(c *Chain, cfg HTTPConfig) (*middleware, error) {
 	m := &middleware{
 		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
-		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, clock: ClockOr(cfg.Clock),
+		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, clock: shed.ClockOr(cfg.Clock),
 	}
 	if m.key == nil {
 		m.key = ip.Key
@@ -210,7 +221,7 @@ func newMiddleware(c *Chain, cfg HTTPConfig) (*middleware, error) {
 // to copy around, and it escapes) and the ResponseWriter wrapper. Both are
 // recycled, so admitting a request allocates neither.
 type httpState struct {
-	grant Grant
+	grant shed.Grant
 	rw    responseWriter
 }
 
@@ -247,7 +258,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// The handler panicked. Release, and let the panic go on; st
 			// is not recycled, since a handler goroutine may still hold
 			// its writer.
-			st.grant.Release(Failed)
+			st.grant.Release(shed.Failed)
 		}
 	}()
 	h.next.ServeHTTP(&st.rw, r)
@@ -256,7 +267,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.recycle(st)
 }
 
-func hasQuota(leases []Lease) bool {
+func hasQuota(leases []shed.Lease) bool {
 	for i := range leases {
 		if !leases[i].Quota.IsZero() {
 			return true
@@ -269,7 +280,7 @@ func hasQuota(leases []Lease) bool {
 // quotas, before the handler runs. With the policies' set cached, only the
 // remaining units and reset times are formatted, straight into the
 // response's fieldValues: one allocation, nothing else.
-func (m *middleware) writeLeaseFields(h http.Header, leases []Lease) {
+func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease) {
 	set := m.sets.lookup(leases)
 	if set == nil {
 		m.writeLeaseFieldsSlow(h, leases)
@@ -296,7 +307,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []Lease) {
 
 // writeLeaseFieldsSlow builds both fields afresh, for sets of policies
 // that are not cached.
-func (m *middleware) writeLeaseFieldsSlow(h http.Header, leases []Lease) {
+func (m *middleware) writeLeaseFieldsSlow(h http.Header, leases []shed.Lease) {
 	var pb, lb [256]byte
 	policy, limit := pb[:0], lb[:0]
 	var t tightest
@@ -322,27 +333,25 @@ func (m *middleware) now() (t time.Time) {
 // is over a kilobyte: the pooled state keeps no stale references either
 // way.
 func (m *middleware) recycle(st *httpState) {
-	g := &st.grant
-	clear(g.leases[:len(m.chain.layers)])
-	g.chain, g.req, g.n = nil, Request{}, 0
+	st.grant.Reset()
 	st.rw = responseWriter{}
 	m.states.Put(st)
 }
 
-func outcomeOf(r *http.Request, rw *responseWriter) Outcome {
+func outcomeOf(r *http.Request, rw *responseWriter) shed.Outcome {
 	switch {
 	case r.Context().Err() != nil:
-		return Dropped
+		return shed.Dropped
 	case rw.status >= 500 && !rw.hijacked:
-		return Failed
+		return shed.Failed
 	}
-	return Completed
+	return shed.Completed
 }
 
 // request resolves the shed Request for r. It answers r itself, and
 // returns false, only when the key is missing and OnKeyError is KeyReject.
-func (m *middleware) request(w http.ResponseWriter, r *http.Request) (Request, bool) {
-	var req Request
+func (m *middleware) request(w http.ResponseWriter, r *http.Request) (shed.Request, bool) {
+	var req shed.Request
 	key, err := m.key(r)
 	if err == nil && (key == "" || len(key) > m.maxKey) {
 		err = ErrKeyTooLong
@@ -368,7 +377,7 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (Request, b
 	method := r.Method
 	route, prio := m.table.resolve(method, routePattern(r, m.routes))
 	req.Route = route
-	if p, ok := PriorityFrom(r.Context()); ok && p.Valid() {
+	if p, ok := shed.PriorityFrom(r.Context()); ok && p.Valid() {
 		prio = p
 	}
 	if m.priority != nil {
@@ -387,7 +396,7 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (Request, b
 // rejected answers a request the chain did not admit. Nothing has been
 // written yet: the handler never ran.
 func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error) {
-	rej, ok := err.(*Rejection)
+	rej, ok := err.(*shed.Rejection)
 	if !ok {
 		rej, ok = asRejection(err)
 	}
@@ -410,8 +419,8 @@ func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error)
 // target would be allocated on every rejection).
 //
 //go:noinline
-func asRejection(err error) (*Rejection, bool) {
-	var rej *Rejection
+func asRejection(err error) (*shed.Rejection, bool) {
+	var rej *shed.Rejection
 	ok := errors.As(err, &rej)
 	return rej, ok
 }

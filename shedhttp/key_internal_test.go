@@ -1,4 +1,4 @@
-package shed
+package shedhttp
 
 import (
 	"net/http"

@@ -1,0 +1,15 @@
+// Package shedhttp runs every HTTP request through a shed.Chain: net/http
+// middleware that works with any router taking func(http.Handler)
+// http.Handler and knows chi's route patterns.
+//
+//	mw, err := shedhttp.New(chain, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key")})
+//	r := chi.NewRouter()
+//	r.Use(mw)
+//
+// For each request it resolves who is asking (Key; the client IP, read from
+// X-Forwarded-For or Forwarded only through trusted proxies, by default),
+// the route pattern and its priority (Priorities), the cost and the
+// deadline; runs the chain; and answers a rejection with its status,
+// Retry-After, the RateLimit fields and a problem document (RFC 9457), or
+// sets the RateLimit fields of an admitted request and calls the handler.
+package shedhttp
