@@ -106,4 +106,9 @@ func BenchmarkWorkerAcquireRelease(b *testing.B) {
 	}
 	b.Run("no-budget", func(b *testing.B) { run(b, newWorker(b, worker.Config{}), shed.Default) })
 	b.Run("budget", func(b *testing.B) { run(b, newWorker(b, worker.Config{Workers: 1 << 20}), shed.Default) })
+	// CPUBound's path: the budget, and a yield (runtime.Gosched) per
+	// admitted request, which is most of its cost.
+	b.Run("budget+yield", func(b *testing.B) {
+		run(b, newWorker(b, worker.Config{Workers: 1 << 20, Yield: true}), shed.Default)
+	})
 }

@@ -91,17 +91,22 @@ type Config struct {
 	// Workers is the worker budget: the most request units (Request.Units)
 	// in flight in this layer at once (default 0: no budget). Over it a
 	// request is rejected, or queued, at once, without waiting for the
-	// sampler; in flight against the budget is also a signal. For handlers
-	// that burn CPU, a budget near the CPU budget (see DetectBudget) keeps
-	// the admitted work from queueing for the CPU. Critical requests are
+	// sampler. In flight against the budget is reported (utilization
+	// "in_flight") and counts in the headroom, but does not move the shed
+	// level: the budget already holds it, per request. For handlers that
+	// burn CPU, a budget of one worker per CPU (CPUWorkers) keeps admitted
+	// work from queueing for the CPU; see CPUBound. Critical requests are
 	// counted but never refused unless ShedCritical is set.
 	Workers int64
 	// Yield, with a worker budget, makes Acquire yield the processor once
 	// after admitting (runtime.Gosched), so that the requests already read
 	// and waiting to run get their answer before the admitted one's work
-	// starts. Turn it on for handlers that burn CPU without blocking: there,
-	// without it, requests that arrive while one runs wait for it to finish
-	// before they are even looked at, and the budget never sees them.
+	// starts; while it yields, a request of higher priority that finds the
+	// budget spent takes its place, and it is refused instead. Turn it on
+	// for handlers that burn CPU without blocking: without it, on a busy
+	// CPU, the requests that arrive while one runs are not even read until
+	// it finishes, the first one read takes the budget whatever its
+	// priority, and critical requests pile up over the budget.
 	Yield bool
 	// Signals are extra signals, sampled with the built-in ones.
 	Signals []Signal
@@ -131,13 +136,29 @@ type CPUConfig struct {
 // something the process depends on is, 0 idle, 1 saturated, above 1 past
 // it. The layer calls Read on its sampler goroutine once per interval; Read
 // must be quick and safe to call from another goroutine than the one that
-// made it.
+// made it. A reading that is NaN, infinite or negative, or a Read that
+// panics, counts as 0.
 type Signal struct {
 	// Name labels the signal's utilization gauge; a short snake_case word.
 	Name string
 	// Read returns the pressure now.
 	Read func() float64
 }
+
+// CPUBound returns a configuration for a service whose handlers burn CPU
+// without blocking: a worker budget of one per CPU of the budget
+// (CPUWorkers), Yield, and the CPU signal reading ShedAt only when the whole
+// budget is busy (CPU.Full 1.25), since the worker budget, not a margin of
+// idle CPU, is what keeps admitted work from queueing. The level then moves
+// on scheduler latency, and on CPU only at saturation. Change any field
+// before New.
+func CPUBound() Config {
+	return Config{Workers: CPUWorkers(), Yield: true, CPU: CPUConfig{Full: 1.25}}
+}
+
+// CPUWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
+// least 1.
+func CPUWorkers() int64 { return int64(math.Max(1, math.Round(DetectBudget().CPUs))) }
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {

@@ -11,8 +11,9 @@ import (
 // safe for concurrent use: the sampler alone steps it.
 //
 // The level climbs in proportion to how far pressure is above RecoverBelow,
-// once pressure reaches ShedAt; it falls at a constant slow rate while
-// pressure is below RecoverBelow; between the two it holds. Proportional
+// once pressure reaches ShedAt; it falls at a slow rate while pressure is
+// below RecoverBelow (one level per Recovery once pressure is at half of
+// RecoverBelow or less, slower just under it); between the two it holds. Proportional
 // rise means big steps in a flood and small ones near the threshold, so
 // under steady overload it settles inside the band instead of overshooting
 // out of it; the band is what keeps it from flapping.
@@ -24,10 +25,10 @@ type controller struct {
 	level                float64
 }
 
-// maxExcess caps how much one sample can push: a wild reading (a GC pause
+// maxExcess caps how much one sample can push: a wild reading (a stall
 // seen as scheduler latency) moves the level at most this many times the
-// gain per second.
-const maxExcess = 4
+// gain per second (with the defaults, two levels per 250ms sample).
+const maxExcess = 2
 
 func newController(c Config, levels int) controller {
 	return controller{shedAt: c.ShedAt, recoverBelow: c.RecoverBelow, riseGain: c.RiseGain,
@@ -41,7 +42,10 @@ func (c *controller) step(p float64, dt time.Duration) float64 {
 	case p >= c.shedAt:
 		c.level += c.riseGain * math.Min(p-c.recoverBelow, maxExcess) * s
 	case p < c.recoverBelow:
-		c.level -= c.fallRate * s
+		// Full speed once pressure is at half of RecoverBelow or less;
+		// slower just under it, so that a level near its equilibrium
+		// settles into the band instead of stepping over it.
+		c.level -= c.fallRate * s * math.Min(1, 2*(c.recoverBelow-p)/c.recoverBelow)
 	}
 	c.level = math.Min(math.Max(c.level, 0), c.max)
 	return c.level

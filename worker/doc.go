@@ -26,7 +26,8 @@
 //     in the layer's queue over the interval against Config.QueueDelayTarget;
 //     a queue that never drains below the target is a standing queue.
 //   - in_flight (with a worker budget): requests in flight against
-//     Config.Workers.
+//     Config.Workers, reported and counted in the headroom; the budget
+//     itself enforces it, per request, so it does not move the level.
 //   - any Config.Signals the user adds.
 //
 // # The controller
@@ -36,8 +37,12 @@
 // critical. From Config.ShedAt (0.8) the level climbs in proportion to how
 // far the pressure is above Config.RecoverBelow (0.7), Config.RiseGain
 // levels a second per unit, so a flood is met within a sample or two; below
-// RecoverBelow it falls by one level per Config.Recovery (3s); in between it
-// holds, so that steady overload settles instead of flapping. Shedding
+// RecoverBelow it falls by one level per Config.Recovery (3s; slower just
+// under RecoverBelow, so that it settles into the band rather than stepping
+// over it); in between it holds, so that steady overload settles instead of
+// flapping. With the defaults, once the load is gone the layer goes from
+// shedding everything but critical (level 3) to shedding nothing in about
+// 9s (the simulation in sim_test.go measures it). Shedding
 // within the marginal priority is a fraction, drawn at random per request,
 // so the step from shedding nothing to shedding a priority is gradual.
 //
@@ -53,13 +58,22 @@
 // # The worker budget
 //
 // A sampler is slow next to a flood, and a level that sheds a fraction of
-// requests at random admits a Poisson stream that still queues for the CPU.
-// Config.Workers bounds the request units in flight at once, checked per
-// request: over it a request is refused (or queued) at once. For handlers
-// that burn CPU, set it near the CPU budget and set Config.Yield: then
-// admitted work never queues for the CPU, the admitted stream is as smooth
-// as the service, and answering the rest stays cheap. Critical requests are
-// counted but never refused by the budget unless ShedCritical is set.
+// requests at random admits a Poisson stream, which still queues for the
+// CPU: at the utilisation that good goodput needs, its p99 is many service
+// times. Config.Workers bounds the request units in flight, checked per
+// request: over it a request is refused (or queued) at once, so the
+// admitted stream follows the service's pace instead.
+//
+// On a busy CPU that is not enough by itself. A handler that burns CPU does
+// not yield: the requests that arrive while it runs are not read until it
+// ends, and then the first one read takes the freed worker, whatever its
+// priority. With Config.Yield, an admitted request yields once before it
+// starts, so the others read in the same gap are decided first; and while
+// it yields, a request of higher priority that finds the budget spent
+// displaces it (it is refused when it resumes). The budget then goes to the
+// most important request of each gap, critical requests do not pile up over
+// the budget, and the run queue holds about one handler per CPU, so
+// answering the rest stays cheap. CPUBound returns this set-up.
 //
 // # Headroom
 //
@@ -79,9 +93,9 @@
 //
 // # The overload test
 //
-// go test ./worker -run Overload -overload runs a CPU-burning HTTP server
+// go test ./worker -run Overload -overload -v runs a CPU-burning HTTP server
 // (GOMAXPROCS=1, pinned to one CPU with taskset) offered several times its
-// capacity by an open-loop client on another CPU, with and without this
-// layer, and prints critical success, p99 loaded against unloaded, and
-// goodput.
+// capacity by an open-loop client on another CPU: with no protection, with
+// Config{} and with CPUBound(), and prints critical success, p99 loaded
+// against unloaded, and goodput (flags in overload_test.go).
 package worker

@@ -87,7 +87,7 @@ func ExampleLayer_Headroom() {
 		// Up to 50% over the limit while the worker layer reports at
 		// least 20% headroom (shed.DefaultMinHeadroom).
 		Enforcement: shed.Enforcement{Mode: shed.Elastic, Overage: 0.5, Headroom: work},
-		Rules:       []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey}},
+		Rules:       []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey}},
 	})
 	if err != nil {
 		panic(err)

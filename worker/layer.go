@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +42,10 @@ type Layer struct {
 	grants     sync.Pool // *grant
 
 	inflight paddedInt64
+	// starting holds the admitted requests yielding before they start
+	// (Config.Yield), which a request of higher priority may displace.
+	startMu  sync.Mutex
+	starting []*grant
 	// queueMin is the shortest queue wait (ns) seen since the last sample,
 	// math.MaxInt64 when none.
 	queueMin atomic.Int64
@@ -67,13 +69,27 @@ type signal struct {
 	read func() float64
 	avg  float64
 	seen bool
+	// reportOnly signals are gauges and headroom, not shedding: the worker
+	// budget enforces in flight per request, faster than the level could.
+	reportOnly bool
+}
+
+// sample reads the signal; a panic in it counts as no pressure, as a
+// broken reading does, rather than ending the process from the sampler.
+func (s *signal) sample() (r float64) {
+	defer func() {
+		if recover() != nil {
+			r = 0
+		}
+	}()
+	return s.read()
 }
 
 // snapshot is the sampler's last reading, for gauges.
 type snapshot struct {
-	pressure float64
-	signals  []float64 // smoothed, in the order of Layer.signals
-	level    float64
+	utilization float64
+	signals     []float64 // smoothed, in the order of Layer.signals
+	level       float64
 }
 
 const headroomScale = 1 << 30
@@ -143,7 +159,7 @@ func New(cfg Config) (*Layer, error) {
 	}
 	if l.workers > 0 {
 		w := float64(l.workers)
-		l.signals = append(l.signals, signal{name: SignalInFlight, read: func() float64 {
+		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
 			return float64(l.inflight.Load()) / w
 		}})
 	}
@@ -183,11 +199,11 @@ func (l *Layer) tick() {
 	// level no more than two regular ones would.
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
-	pressure := 0.0
+	pressure, utilization := 0.0, 0.0
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
-		r := s.read()
+		r := s.sample()
 		if !finite(r) || r < 0 {
 			r = 0 // a broken signal must not take the service down
 		}
@@ -197,10 +213,13 @@ func (l *Layer) tick() {
 			s.avg += l.smoothing * (r - s.avg)
 		}
 		readings[i] = s.avg
-		pressure = math.Max(pressure, s.avg)
+		utilization = math.Max(utilization, s.avg)
+		if !s.reportOnly {
+			pressure = math.Max(pressure, s.avg)
+		}
 	}
 	level := l.ctrl.step(pressure, dt)
-	l.publish(level, pressure, readings)
+	l.publish(level, utilization, readings)
 	if l.queue != nil {
 		l.queue.Notify() // the level may have fallen
 	}
@@ -211,13 +230,15 @@ func (l *Layer) tick() {
 	l.mu.Unlock()
 }
 
-func (l *Layer) publish(level, pressure float64, readings []float64) {
+// publish stores a reading: the level the controller chose, and the
+// highest utilisation of any signal, for the headroom.
+func (l *Layer) publish(level, utilization float64, readings []float64) {
 	level = math.Min(level, float64(l.protect)) // never a protected priority
 	headroom := 0.0
 	if level == 0 {
-		headroom = math.Min(math.Max(1-pressure, 0), 1)
+		headroom = math.Min(math.Max(1-utilization, 0), 1)
 	}
-	l.snap.Store(&snapshot{pressure: pressure, signals: readings, level: level})
+	l.snap.Store(&snapshot{utilization: utilization, signals: readings, level: level})
 	l.state.Store(uint64(encodeLevel(level)) | uint64(headroom*headroomScale)<<32)
 }
 
@@ -285,6 +306,12 @@ func sheds(v uint32, p shed.Priority) bool {
 type grant struct {
 	gen   atomic.Uint64
 	owner *Layer
+
+	// With Config.Yield: whether the admitted request has started, or was
+	// displaced before it did, and what it holds.
+	state atomic.Uint32
+	prio  int
+	cost  int64
 }
 
 // why says what a request was over.
@@ -301,28 +328,39 @@ const (
 // "temporary-reduced-capacity", Retry-After), or, with the Queue action,
 // waits in the queue.
 func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
-	if v := uint32(l.state.Load()); v != 0 && sheds(v, req.Priority) {
+	v := uint32(l.state.Load())
+	if v != 0 && sheds(v, req.Priority) {
 		w := overLevel
 		if lo := uint32(req.Priority.Index()) * levelScale; v < lo+levelScale {
 			w = overMargin
 		}
 		return l.over(ctx, req, w)
 	}
-	if l.enf.Mode == shed.Soft {
-		l.ep.End()
-	}
 	if l.workers == 0 {
+		if v == 0 && l.enf.Mode == shed.Soft {
+			l.ep.End() // nothing shed, no budget: the overage episode is over
+		}
 		return shed.NewLease(l), nil
 	}
 	cost := req.Units()
-	if !l.take(cost, req.Priority) {
-		return l.over(ctx, req, overBudget)
+	if l.takeWithin(cost, l.workers) {
+		if v == 0 && l.enf.Mode == shed.Soft {
+			l.ep.End() // nothing shed and within the budget
+		}
+	} else {
+		switch {
+		case l.yield && !l.enf.DryRun && l.displace(cost, req.Priority.Index()):
+			// The units of a lower-priority request not yet started are ours.
+		case req.Priority.Index() >= l.protect:
+			l.inflight.Add(cost)
+		default:
+			return l.over(ctx, req, overBudget)
+		}
 	}
-	ls := l.lease(cost)
 	if l.yield {
-		runtime.Gosched()
+		return l.yieldThenStart(req, cost)
 	}
-	return ls, nil
+	return l.lease(cost), nil
 }
 
 // take counts cost units in flight if they fit within the worker budget (or
@@ -389,7 +427,7 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	case shed.Wait:
 		return l.wait(ctx, req, cost)
 	}
-	return shed.Lease{}, l.rejection(req)
+	return shed.Lease{}, l.rejection(w == overBudget)
 }
 
 func (l *Layer) dryRun(cost int64) shed.Lease {
@@ -404,16 +442,24 @@ func (l *Layer) dryRun(cost int64) shed.Lease {
 	return ls
 }
 
+// PolicyWorkers names the worker budget in a rejection's policies (and so
+// in the event's Policy), to tell a request refused by the budget from one
+// shed by the level, which names no policy.
+const PolicyWorkers = "workers"
+
 // rejection is the one place the layer builds its "no".
-func (l *Layer) rejection(req shed.Request) *shed.Rejection {
-	return shed.Shed(l.name, req, Reason, l.retryAfter)
+func (l *Layer) rejection(budget bool) *shed.Rejection {
+	if budget {
+		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workers, Service: true})
+	}
+	return shed.Shed(Reason, l.retryAfter)
 }
 
 // wait queues req until the level admits its priority and, with a budget,
 // a worker is free; highest priority first.
 func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
 	if l.queue == nil {
-		return shed.Lease{}, l.rejection(req)
+		return shed.Lease{}, l.rejection(false)
 	}
 	p := req.Priority
 	take := func() bool {
@@ -430,7 +476,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
 	l.recordWait(waited)
 	if err != nil {
-		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			r.RetryAfter = l.retryAfter
@@ -460,6 +506,15 @@ func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
 	if l.queue != nil {
 		l.queue.Notify()
 	}
+}
+
+// Queued returns how many requests wait in the layer's queue (0 without the
+// Queue action).
+func (l *Layer) Queued() int {
+	if l.queue == nil {
+		return 0
+	}
+	return l.queue.Len()
 }
 
 // InFlight returns the request units in flight counted against the worker

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,7 +41,7 @@ func TestShedsBelowTheLevelAndNeverCritical(t *testing.T) {
 	for _, p := range []shed.Priority{shed.TestMode, shed.Sheddable} {
 		_, err := l.Acquire(ctx, shed.Request{Priority: p})
 		r := shedtest.Rejection(t, err)
-		if r.Status != http.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || r.Priority != p {
+		if r.Status != shed.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
 			t.Fatalf("%v: rejection %+v", p, r)
 		}
 	}
@@ -99,8 +98,9 @@ func TestWorkerBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := l.Acquire(ctx, shed.Request{})
-	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Default}); err == nil {
-		t.Fatal("third request admitted with a budget of 2")
+	_, err = l.Acquire(ctx, shed.Request{Priority: shed.Default})
+	if r := shedtest.Rejection(t, err); len(r.Policies) != 1 || r.Policies[0].Policy != PolicyWorkers || r.Policies[0].Limit != 2 {
+		t.Fatalf("third request with a budget of 2: %+v, want a rejection naming the %q policy", r, PolicyWorkers)
 	}
 	c, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
 	if err != nil {
@@ -159,6 +159,11 @@ func TestSoftAdmitsTheMarginalShareForABoundedTime(t *testing.T) {
 		t.Fatalf("marginal sheddable in soft mode: %v, Over %v", err, ls.Over)
 	}
 	clock.Advance(2 * time.Second)
+	// Requests admitted within the level meanwhile do not end the episode:
+	// the layer is still shedding.
+	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Default}); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 100; i++ {
 		if _, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable}); err != nil {
 			return // the episode ran out
@@ -243,6 +248,16 @@ func TestHeadroomAndGauges(t *testing.T) {
 	}
 }
 
+func TestPanickingSignalCountsAsNoPressure(t *testing.T) {
+	l, pr, clock := pressureLayer(t, Config{Signals: []Signal{{Name: "broken", Read: func() float64 { panic("gauge gone") }}}})
+	pr.Store(math.Float64bits(0.5))
+	clock.Advance(DefaultInterval)
+	clock.Advance(DefaultInterval) // the sampler is still running
+	if l.Level() != 0 || math.Abs(l.Headroom()-0.5) > 0.01 {
+		t.Fatalf("level %v headroom %v, want 0 and 0.5 from the working signal", l.Level(), l.Headroom())
+	}
+}
+
 func TestBrokenSignalCountsAsNoPressure(t *testing.T) {
 	for _, v := range []float64{math.NaN(), math.Inf(1), -3} {
 		l, pr, clock := pressureLayer(t, Config{})
@@ -294,5 +309,30 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "worker: ") {
 			t.Errorf("%+v: error %v, want one naming %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// The queue-delay signal is CoDel's test: the shortest wait over the
+// interval against the target, so one long wait among short ones is no
+// standing queue; with no wait ended in the interval, how full the queue is.
+func TestQueuePressure(t *testing.T) {
+	l, _, _ := pressureLayer(t, Config{Enforcement: shed.Enforcement{Action: shed.Queue,
+		Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Second}}})
+	target := float64(10 * time.Millisecond)
+	if p := l.queuePressure(target, 4); p != 0 {
+		t.Fatalf("idle queue: pressure %v", p)
+	}
+	l.recordWait(50 * time.Millisecond)
+	l.recordWait(2 * time.Millisecond)
+	l.recordWait(30 * time.Millisecond)
+	if p := l.queuePressure(target, 4); math.Abs(p-0.2) > 1e-9 {
+		t.Fatalf("shortest wait 2ms against 10ms: pressure %v, want 0.2", p)
+	}
+	l.recordWait(25 * time.Millisecond)
+	if p := l.queuePressure(target, 4); math.Abs(p-2.5) > 1e-9 {
+		t.Fatalf("every wait 25ms or more: pressure %v, want 2.5 (a standing queue)", p)
+	}
+	if p := l.queuePressure(target, 4); p != 0 {
+		t.Fatalf("next interval, nothing waited: pressure %v", p)
 	}
 }

@@ -64,15 +64,24 @@ func (s *cpuSignal) Read() float64 {
 	return dc / dt / s.capacity
 }
 
-// schedSignal reads the Go scheduler's latency histogram and returns the p99
-// of the latencies recorded since the last Read, against a target.
+// schedSignal reads the Go scheduler's latency histogram and returns the
+// p99 of the latencies recorded over the last schedWindow reads, against a
+// target. A window of several intervals holds more samples than one, so a
+// single stall (the OS taking the CPU away for a few milliseconds) moves
+// the p99 less, while sustained queueing still moves it within a read.
 type schedSignal struct {
 	sample []metrics.Sample
 	prev   []uint64
+	deltas [schedWindow][]uint64 // ring of per-read deltas
+	next   int
+	sum    []uint64
 	target float64 // seconds
 }
 
-const schedLatencies = "/sched/latencies:seconds"
+const (
+	schedLatencies = "/sched/latencies:seconds"
+	schedWindow    = 4
+)
 
 func newSchedSignal(target time.Duration) *schedSignal {
 	s := &schedSignal{sample: []metrics.Sample{{Name: schedLatencies}}, target: target.Seconds()}
@@ -87,33 +96,39 @@ func (s *schedSignal) Read() float64 {
 	}
 	h := s.sample[0].Value.Float64Histogram()
 	if len(s.prev) != len(h.Counts) {
-		s.prev = make([]uint64, len(h.Counts))
-		copy(s.prev, h.Counts)
+		s.prev = append([]uint64(nil), h.Counts...)
+		s.sum = make([]uint64, len(h.Counts))
+		for i := range s.deltas {
+			s.deltas[i] = make([]uint64, len(h.Counts))
+		}
 		return 0
 	}
+	// Replace the oldest delta in the window with this read's.
+	d := s.deltas[s.next]
+	s.next = (s.next + 1) % schedWindow
 	var total uint64
 	for i, c := range h.Counts {
-		total += c - s.prev[i]
+		s.sum[i] -= d[i]
+		d[i] = c - s.prev[i]
+		s.sum[i] += d[i]
+		s.prev[i] = c
+		total += s.sum[i]
 	}
-	p99 := 0.0
-	if total > 0 {
-		rank := total - total/100 // the smallest count covering 99%
-		var seen uint64
-		for i, c := range h.Counts {
-			seen += c - s.prev[i]
-			if seen >= rank {
-				// The bucket's upper bound: the p99 is at most this.
-				p99 = h.Buckets[i+1]
-				if math.IsInf(p99, 1) {
-					p99 = h.Buckets[i]
-				}
-				break
-			}
-		}
-	}
-	copy(s.prev, h.Counts)
-	if s.target <= 0 {
+	if total == 0 || s.target <= 0 {
 		return 0
 	}
-	return p99 / s.target
+	rank := total - total/100 // the smallest count covering 99%
+	var seen uint64
+	for i, c := range s.sum {
+		seen += c
+		if seen >= rank {
+			// The bucket's upper bound: the p99 is at most this.
+			p99 := h.Buckets[i+1]
+			if math.IsInf(p99, 1) {
+				p99 = h.Buckets[i]
+			}
+			return p99 / s.target
+		}
+	}
+	return 0
 }

@@ -98,7 +98,7 @@ func TestSimStepOverloadShedsInOrder(t *testing.T) {
 				firstFull[j] = time.Duration(i) * DefaultInterval
 			}
 		}
-		if pr := l.snap.Load().pressure; settled < 0 && pr < DefaultShedAt {
+		if pr := l.snap.Load().utilization; settled < 0 && pr < DefaultShedAt {
 			settled = time.Duration(i) * DefaultInterval
 		}
 	}
@@ -143,7 +143,7 @@ func TestSimNoFlappingUnderSteadyOverload(t *testing.T) {
 			lastDir = dir
 		}
 		prev = lv
-		if pr := l.snap.Load().pressure; pr > 0.9 {
+		if pr := l.snap.Load().utilization; pr > 0.9 {
 			t.Fatalf("tick %d: pressure %.3f, want it held near the band", i, pr)
 		}
 	}

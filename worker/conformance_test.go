@@ -1,0 +1,51 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// The suite counts admissions against the worker budget: the sampler's
+// signals are off (the level stays 0), so a fresh layer admits exactly
+// Workers requests and refuses the next. The suite sends critical requests
+// too, which the budget refuses only with ShedCritical.
+func conformanceLayer(t testing.TB, clock *shedtest.Clock, cfg Config) shed.Layer {
+	cfg.Clock = clock
+	cfg.ShedCritical = true
+	cfg.CPU.Disable = true
+	cfg.SchedLatencyTarget = -1
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+var queueing = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}}
+
+func TestConformanceBudget(t *testing.T) {
+	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
+		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return conformanceLayer(t, clock, Config{Workers: 3})
+		},
+		NewQueued: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return conformanceLayer(t, clock, Config{Workers: 3, Enforcement: queueing})
+		},
+		Capacity: 3,
+		Status:   shed.StatusServiceUnavailable,
+	})
+}
+
+func TestConformanceBudgetYield(t *testing.T) {
+	shedtest.RunLayerSuite(t, shedtest.LayerSuite{
+		New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return conformanceLayer(t, clock, Config{Workers: 2, Yield: true})
+		},
+		Capacity: 2,
+		Status:   shed.StatusServiceUnavailable,
+	})
+}
