@@ -9,6 +9,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/worker"
 )
 
@@ -93,13 +94,13 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 // httpConfig is how every protection reads a request: the client from
 // X-API-Key (hashed: it is a secret), the priority from the route, or
 // test-mode from the header.
-func httpConfig() shed.HTTPConfig {
-	prios := shed.RoutePriorities{}
+func httpConfig() shedhttp.Config {
+	prios := shedhttp.RoutePriorities{}
 	for _, rt := range routes {
 		prios[rt.method+" "+rt.pattern] = rt.priority
 	}
-	return shed.HTTPConfig{
-		Key:        shed.KeyHash(shed.KeyHeader(KeyHeader)),
+	return shedhttp.Config{
+		Key:        shedhttp.KeyHash(shedhttp.KeyHeader(KeyHeader)),
 		Priorities: prios,
 		Priority: func(r *http.Request, p shed.Priority) shed.Priority {
 			if isTestMode(r) {
@@ -124,7 +125,7 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 	s.closers = append(s.closers, store.Close)
 	global := ratelimit.By("global", func(context.Context, shed.Request) string { return "all" })
 	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Limiter: store},
+		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Store: store},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("api: global rate limit: %w", err)
@@ -134,7 +135,7 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	return chain.Middleware(httpConfig())
+	return shedhttp.New(chain, httpConfig())
 }
 
 // loadshed is loadshed's layers in order: each client's own rate limit
@@ -150,7 +151,7 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	}
 	s.closers = append(s.closers, perKey.Close)
 	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Limiter: perKey},
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
@@ -160,7 +161,7 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	inFlight, err := concurrency.New(concurrency.Config{
 		Limit:  ls.InFlight,
 		PerKey: ls.PerKeyInFlight,
-		KeyBy:  concurrency.ByKey,
+		KeyBy:  concurrency.KeyByClient,
 		Enforcement: shed.Enforcement{
 			Action: shed.Queue,
 			Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
@@ -169,12 +170,14 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	if err != nil {
 		return nil, fmt.Errorf("api: in-flight cap: %w", err)
 	}
-	busy, err := worker.New(worker.Config{
-		Workers:            ls.Workers,
-		Yield:              true,
-		CPU:                worker.CPUConfig{Full: ls.CPUFull},
-		SchedLatencyTarget: ls.SchedLatency,
-	})
+	// The package's preset for handlers that burn CPU (a worker budget,
+	// Yield, the CPU counted saturated only when the whole budget is busy),
+	// with this example's settings.
+	wc := worker.CPUBound()
+	wc.Workers = ls.Workers
+	wc.CPU.Full = ls.CPUFull
+	wc.SchedLatencyTarget = ls.SchedLatency
+	busy, err := worker.New(wc)
 	if err != nil {
 		return nil, fmt.Errorf("api: worker layer: %w", err)
 	}
@@ -197,5 +200,5 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	if err != nil {
 		return nil, err
 	}
-	return chain.Middleware(httpConfig())
+	return shedhttp.New(chain, httpConfig())
 }
