@@ -445,6 +445,10 @@ func (s *Shedder) Close() error {
 	}
 	s.tickMu.Lock()
 	defer s.tickMu.Unlock()
+	// A tick that was running when halt stopped the others may have
+	// published a fleet view since: the fleet no longer counts this
+	// instance.
+	s.view.Store(s.fallbackView())
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if _, err := s.st.sync(ctx, [shed.NumPriorities]int64{}, 0); err != nil {

@@ -132,10 +132,12 @@ func (b *batcher) decide(ctx context.Context, r *Redis, key string, cost int64, 
 	}
 	// Redis having nothing left says nothing of this lease: ask the
 	// over-limit cache only when the lease cannot serve.
+	var epoch uint64
 	if r.over != nil {
 		if res, ok := r.over.check(key, now, r.limit.Quantity); ok {
 			return res, false, nil
 		}
+		epoch = r.over.epoch.Load()
 	}
 	// Units left in an aged-out lease are dropped (they were counted by
 	// Redis when leased: a lost unit errs towards refusing). A fresh lease
@@ -155,7 +157,7 @@ func (b *batcher) decide(ctx context.Context, r *Redis, key string, cost int64, 
 		l.units += rep.taken - cost
 		l.expires = t + b.maxAge
 	}
-	r.noteOver(key, now, rep)
+	r.noteOver(key, now, rep, epoch)
 	res := rep.result(r.limit.Quantity)
 	res.Remaining += l.units
 	return res, false, nil

@@ -285,11 +285,20 @@ func TestRedisFallbackPausedServer(t *testing.T) {
 	defer c.Close()
 	clk := shedtest.NewClock(contractStart)
 	const timeout = 50 * time.Millisecond
-	r, err := NewRedis(c, SlidingLog, PerMinute(3), RedisConfig{Clock: clk, Timeout: timeout, ProbeInterval: time.Second})
+	r, err := NewRedis(c, SlidingLog, PerMinute(3), RedisConfig{Clock: clk, Timeout: timeout, ProbeInterval: time.Second,
+		ExpectedInstances: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	// The connection open and the script loaded first: on a loaded machine
+	// they can take the whole 50ms timeout.
+	if err := c.Ping(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.script.Load(bg, c); err != nil {
+		t.Fatal(err)
+	}
 	if res, fb, err := r.Decide(bg, "k", 1); err != nil || fb || res.Remaining != 2 {
 		t.Fatalf("healthy: %+v fallback=%v err=%v", res, fb, err)
 	}

@@ -261,16 +261,18 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 	if r.batch != nil {
 		return r.batch.decide(ctx, r, key, cost, now)
 	}
+	var epoch uint64
 	if r.over != nil {
 		if res, ok := r.over.check(key, now, r.limit.Quantity); ok {
 			return res, false, nil
 		}
+		epoch = r.over.epoch.Load()
 	}
 	rep, err := r.roundTrip(ctx, opAllow, key, cost, cost, now)
 	if err != nil {
 		return r.decideLocally(ctx, key, cost, err)
 	}
-	r.noteOver(key, now, rep)
+	r.noteOver(key, now, rep, epoch)
 	return rep.result(r.limit.Quantity), false, nil
 }
 
@@ -310,7 +312,13 @@ func (r *Redis) Refund(ctx context.Context, key string, cost int64) error {
 	if r.batch != nil && r.batch.refund(key, cost, r.clock.Now()) {
 		return nil
 	}
-	if _, err := r.roundTrip(ctx, opRefund, key, cost, cost, r.clock.Now()); err != nil {
+	_, err := r.roundTrip(ctx, opRefund, key, cost, cost, r.clock.Now())
+	if r.over != nil {
+		// Again after: a denial answered before the refund reached Redis
+		// may have been cached meanwhile.
+		r.over.forget(key)
+	}
+	if err != nil {
 		return r.fallbackStore().Refund(ctx, key, cost)
 	}
 	return nil
@@ -356,11 +364,11 @@ func (r *Redis) setTTLSlack(ms int64) {
 
 // noteOver remembers a key Redis found with no unit left, so the next
 // requests for it are answered locally until one is back.
-func (r *Redis) noteOver(key string, now time.Time, rep reply) {
+func (r *Redis) noteOver(key string, now time.Time, rep reply, epoch uint64) {
 	if r.over == nil || rep.remaining > 0 || rep.retry1 <= 0 {
 		return
 	}
-	r.over.add(key, now, time.Duration(rep.retry1), time.Duration(rep.reset))
+	r.over.add(key, now, time.Duration(rep.retry1), time.Duration(rep.reset), epoch)
 }
 
 // RedisKey returns the key under which the store keeps key's state:

@@ -14,6 +14,10 @@ import (
 type overLimitCache struct {
 	max int
 	n   atomic.Int64 // entries, so the common empty case takes no lock
+	// epoch moves at every forget: an answer Redis gave before a refund
+	// (read before the round trip) is not cached after it, or a denial
+	// racing a refund would keep the key refused while Redis has units.
+	epoch atomic.Uint64
 
 	mu sync.Mutex
 	m  map[string]overEntry
@@ -50,10 +54,15 @@ func (c *overLimitCache) check(key string, now time.Time, limit int64) (Result, 
 	return Result{Limit: limit, RetryAfter: time.Duration(e.until - t), ResetAfter: time.Duration(max(e.reset-t, 0))}, true
 }
 
-func (c *overLimitCache) add(key string, now time.Time, retry1, reset time.Duration) {
+// add caches key as over its limit, unless a forget came since epoch
+// (read before the round trip whose answer this is).
+func (c *overLimitCache) add(key string, now time.Time, retry1, reset time.Duration, epoch uint64) {
 	t := now.UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
 		c.evict(t)
 	}
@@ -83,6 +92,7 @@ func (c *overLimitCache) evict(now int64) {
 }
 
 func (c *overLimitCache) forget(key string) {
+	c.epoch.Add(1)
 	if c.n.Load() == 0 {
 		return
 	}

@@ -77,7 +77,7 @@ func TestRedisOverLimitCacheBounded(t *testing.T) {
 	c := newOverLimitCache(3)
 	now := contractStart
 	for i := 0; i < 100; i++ {
-		c.add("k"+strconv.Itoa(i), now, time.Second, time.Second)
+		c.add("k"+strconv.Itoa(i), now, time.Second, time.Second, c.epoch.Load())
 		if c.len() > 3 {
 			t.Fatalf("%d entries, bound 3", c.len())
 		}
@@ -87,5 +87,22 @@ func TestRedisOverLimitCacheBounded(t *testing.T) {
 	}
 	if _, ok := c.check("k99", now.Add(time.Second), 1); ok {
 		t.Fatal("an entry outlived its end")
+	}
+}
+
+// A denial Redis gave before a refund is not cached after it: the key would
+// stay refused though Redis has units again.
+func TestOverLimitCacheIgnoresAnswersOlderThanARefund(t *testing.T) {
+	c := newOverLimitCache(10)
+	now := contractStart
+	epoch := c.epoch.Load() // read before the round trip
+	c.forget("k")           // a refund lands meanwhile
+	c.add("k", now, time.Second, time.Second, epoch)
+	if _, ok := c.check("k", now, 3); ok {
+		t.Fatal("a denial older than the refund was cached")
+	}
+	c.add("k", now, time.Second, time.Second, c.epoch.Load())
+	if _, ok := c.check("k", now, 3); !ok {
+		t.Fatal("a denial after the refund was not cached")
 	}
 }

@@ -30,6 +30,12 @@ func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args 
 	return s.s.Run(ctx, c, keys, args...)
 }
 
+// Load loads the script into the server's cache (SCRIPT LOAD), so that the
+// first run needs no EVAL.
+func (s *Script) Load(ctx context.Context, c redis.Scripter) error {
+	return s.s.Load(ctx, c).Err()
+}
+
 // Hash returns the script's SHA1.
 func (s *Script) Hash() string { return s.s.Hash() }
 
