@@ -282,7 +282,8 @@ func (l *Layer) Level() float64 { return float64(uint32(l.state.Load())) / level
 // request path's check: one atomic load and a comparison, plus a random
 // draw within the marginal priority.
 func (l *Layer) Sheds(p shed.Priority) bool {
-	return sheds(uint32(l.state.Load()), p)
+	v := uint32(l.state.Load())
+	return v != 0 && sheds(v, p) // inlined: no call while nothing is shed
 }
 
 func sheds(v uint32, p shed.Priority) bool {
