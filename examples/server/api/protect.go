@@ -44,11 +44,20 @@ type LayerSettings struct {
 	FleetPerInstance int64
 
 	// Workers is the worker layer's budget: the most non-critical requests
-	// running at once (default 2: with one CPU and handlers that burn it,
-	// one running and one ready, so the CPU never idles and admitted work
-	// never queues for it). The layer yields the CPU after admitting, so
-	// that the requests read meanwhile are answered before the work starts.
+	// running at once (default 4). With one CPU and handlers that burn it,
+	// 4 keeps the CPU busy and lets the bursts of random arrivals at half
+	// the capacity through, while an admitted request waits behind at most
+	// three others. Measured with -server-flags on this example: 2 refused
+	// 5% of requests at 0.5x and 10-20% at 1x, and held goodput at 5x to
+	// 50-60% of capacity; 4 refused none at 0.5x and kept 82-95% at 5x.
+	// The layer yields the CPU after admitting, so that the requests read
+	// meanwhile are answered before the work starts.
 	Workers int64
+	// WorkerQueueWait, when set, lets a request over the worker budget wait
+	// that long for a worker (highest priority first, newest first once the
+	// queue stands) instead of getting a 503 at once (default 0: no queue;
+	// a 5ms queue with a budget of 2 did no better than a budget of 4).
+	WorkerQueueWait time.Duration
 	// CPUFull is the share of the CPU budget the worker layer counts as
 	// saturation (default 1.25: the worker budget already keeps admitted
 	// work from queueing, so the CPU may run hotter than Stripe's 0.8
@@ -80,7 +89,7 @@ func (ls LayerSettings) withDefaults() LayerSettings {
 		ls.FleetPerInstance = 10
 	}
 	if ls.Workers == 0 {
-		ls.Workers = 2
+		ls.Workers = 4
 	}
 	if ls.CPUFull == 0 {
 		ls.CPUFull = 1.25
@@ -177,6 +186,11 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	wc.Workers = ls.Workers
 	wc.CPU.Full = ls.CPUFull
 	wc.SchedLatencyTarget = ls.SchedLatency
+	if ls.WorkerQueueWait > 0 {
+		wc.Enforcement = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{
+			MaxLength: ls.QueueLength, MaxWait: ls.WorkerQueueWait, AdaptiveLIFO: true,
+		}}
+	}
 	busy, err := worker.New(wc)
 	if err != nil {
 		return nil, fmt.Errorf("api: worker layer: %w", err)
