@@ -519,3 +519,41 @@ func TestDefaultInstance(t *testing.T) {
 		t.Fatalf("the default instance id is refused: %v", err)
 	}
 }
+
+// A waiter is woken by a tick, not only by a release of its own instance:
+// room freed on another instance reaches it at the next tick.
+func TestQueueWokenByTick(t *testing.T) {
+	clk := shedtest.NewClock(t0)
+	f := newFakeFleet(clk)
+	cfg := fakeConfig(clk)
+	cfg.Enforcement = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}}
+	a := newFake(t, f, "a", cfg)
+	b := newFake(t, f, "b", fakeConfig(clk))
+	settle(clk)
+	held := admit(t, b, shed.Critical, 50) // b's half of the room
+	settle(clk)
+	admit(t, a, shed.Critical, 25) // half of the 50 left
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(context.Background(), shed.Request{Priority: shed.Critical})
+		done <- err
+	}()
+	if waitFor(5*time.Second, func() bool { return a.Queued() == 1 }) < 0 {
+		t.Fatal("the request did not queue")
+	}
+	releaseAll(held[:10]) // on b: a cannot know until the ticks
+	select {
+	case err := <-done:
+		t.Fatalf("woken before any tick: %v", err)
+	default:
+	}
+	settle(clk)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still waiting after the ticks: %+v", a.Stats())
+	}
+}
