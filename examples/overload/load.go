@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/examples/server/api"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// The traffic mix: a tenth critical (creating charges), as the issue's
+// measurement had it; the rest split between reads, reports and test-mode.
+var mix = map[shed.Priority]float64{
+	shed.TestMode:  0.10,
+	shed.Sheddable: 0.40,
+	shed.Default:   0.40,
+	shed.Critical:  0.10,
+}
+
+// numKeys is how many API keys the clients use.
+const numKeys = 64
+
+// result is what became of one request.
+type result uint8
+
+const (
+	resOK       result = iota // 2xx within the timeout
+	resThrottle               // 429
+	resShed                   // 503
+	resTimeout                // no answer within the timeout
+	resError                  // anything else: another status, a refused or reset connection
+	numResults
+)
+
+// sample is one request's fate.
+type sample struct {
+	prio    shed.Priority
+	res     result
+	latency time.Duration
+}
+
+// loadClient sends the demonstration's requests to one or more instances.
+type loadClient struct {
+	bases   []string
+	work    time.Duration
+	timeout time.Duration
+	client  *http.Client
+	next    atomic.Uint64
+}
+
+func newLoadClient(bases []string, work, timeout time.Duration, maxConns int) *loadClient {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
+		MaxIdleConns:        maxConns,
+		MaxIdleConnsPerHost: maxConns,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	return &loadClient{bases: bases, work: work, timeout: timeout, client: &http.Client{Transport: tr}}
+}
+
+func (c *loadClient) close() { c.client.CloseIdleConnections() }
+
+// do sends one request of priority p and reports its fate.
+func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
+	base := c.bases[int(c.next.Add(1))%len(c.bases)]
+	method, path := http.MethodGet, "/v1/charges"
+	switch p {
+	case shed.Critical:
+		method = http.MethodPost
+	case shed.Sheddable:
+		path = "/v1/reports"
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, base+path+"?work="+c.work.String(), nil)
+	if err != nil {
+		return sample{prio: p, res: resError}
+	}
+	req.Header.Set(api.KeyHeader, fmt.Sprintf("client-%02d", key))
+	if p == shed.TestMode {
+		req.Header.Set(api.TestModeHeader, "true")
+	}
+	start := time.Now()
+	resp, err := c.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return sample{prio: p, res: resTimeout, latency: time.Since(start)}
+		}
+		return sample{prio: p, res: resError, latency: time.Since(start)}
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	lat := time.Since(start)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return sample{prio: p, res: resTimeout, latency: lat}
+	case err != nil:
+		return sample{prio: p, res: resError, latency: lat}
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return sample{prio: p, res: resOK, latency: lat}
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return sample{prio: p, res: resThrottle, latency: lat}
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return sample{prio: p, res: resShed, latency: lat}
+	}
+	return sample{prio: p, res: resError, latency: lat}
+}
+
+// newRand is the generator's source of arrivals, priorities and keys: seeded,
+// so that two set-ups are offered the same sequence of requests.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+func pickPriority(r *rand.Rand) shed.Priority {
+	x := r.Float64()
+	for _, p := range shed.Priorities() {
+		if x < mix[p] {
+			return p
+		}
+		x -= mix[p]
+	}
+	return shed.Critical
+}
+
+// openLoop offers rate requests per second, Poisson arrivals, for warmup +
+// measure, whatever the server does with them: a client that waits for an
+// answer before sending more (a closed loop) slows down with the server
+// and hides its collapse. At most maxInFlight requests are out at once; an
+// arrival beyond that is counted as a timeout without being sent, so the
+// generator stays bounded however slow the server gets. It returns the
+// samples of the requests sent after the warm-up, once every request has
+// ended (within the client timeout).
+func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64) []sample {
+	rng := newRand(seed)
+	var (
+		mu       sync.Mutex
+		out      = make([]sample, 0, int(rate*measure.Seconds()*1.1)+16)
+		wg       sync.WaitGroup
+		inFlight atomic.Int64
+	)
+	total := warmup + measure
+	start := time.Now()
+	var at time.Duration
+	for {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if at >= total {
+			break
+		}
+		if d := time.Until(start.Add(at)); d > 0 {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return out
+			case <-time.After(d):
+			}
+		}
+		p := pickPriority(rng)
+		key := rng.IntN(numKeys)
+		counted := at >= warmup
+		if inFlight.Load() >= int64(maxInFlight) {
+			if counted {
+				mu.Lock()
+				out = append(out, sample{prio: p, res: resTimeout, latency: c.timeout})
+				mu.Unlock()
+			}
+			continue
+		}
+		inFlight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := c.do(ctx, p, key)
+			inFlight.Add(-1)
+			if counted {
+				mu.Lock()
+				out = append(out, s)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// closedLoop runs workers that each send the next request as soon as the
+// last one is answered, for d, and returns the answered requests' samples.
+// With enough workers it keeps the server busy all the time: its rate of
+// successes is the server's capacity.
+func (c *loadClient) closedLoop(ctx context.Context, workers int, d time.Duration, p shed.Priority) []sample {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		out []sample
+		wg  sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []sample
+			for ctx.Err() == nil {
+				s := c.do(context.Background(), p, w%numKeys)
+				if ctx.Err() != nil {
+					break // may have been cut short by the end of the run
+				}
+				mine = append(mine, s)
+			}
+			mu.Lock()
+			out = append(out, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// stepStats summarises one priority's samples (or all of them) in one step.
+type stepStats struct {
+	sent     int
+	counts   [numResults]int
+	p50, p99 time.Duration // of successes
+	goodput  float64       // successes per second
+}
+
+func (s stepStats) successRate() float64 {
+	if s.sent == 0 {
+		return 0
+	}
+	return float64(s.counts[resOK]) / float64(s.sent)
+}
+
+// summarise splits samples by priority; index NumPriorities is all of them.
+func summarise(samples []sample, measure time.Duration) [shed.NumPriorities + 1]stepStats {
+	var out [shed.NumPriorities + 1]stepStats
+	var lats [shed.NumPriorities + 1][]time.Duration
+	for _, s := range samples {
+		for _, i := range []int{s.prio.Index(), shed.NumPriorities} {
+			out[i].sent++
+			out[i].counts[s.res]++
+			if s.res == resOK {
+				lats[i] = append(lats[i], s.latency)
+			}
+		}
+	}
+	for i := range out {
+		out[i].p50, out[i].p99 = percentile(lats[i], 0.50), percentile(lats[i], 0.99)
+		out[i].goodput = float64(out[i].counts[resOK]) / measure.Seconds()
+	}
+	return out
+}
+
+// percentile is the q-th quantile of ds (nearest rank), 0 when empty.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(q*float64(len(ds))+0.5) - 1
+	i = max(0, min(i, len(ds)-1))
+	return ds[i]
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/examples/server/api"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// TestMain lets the test binary be the example server too, as the
+// demonstration's own binary is: startServer runs os.Executable.
+func TestMain(m *testing.M) {
+	serveIfChild()
+	os.Exit(m.Run())
+}
+
+// TestQuickRun runs the -quick demonstration (about 20 seconds, loopback
+// only, bounded) and asserts what must hold on any machine, however busy:
+// at 5× capacity, loadshed's layers get more critical requests through
+// than the priority-blind limit and than no protection. It asserts no
+// absolute figure: those depend on the machine.
+//
+// It runs the command as built without the race detector (go build), as a
+// newcomer runs it: under -race both the server's cost of answering and the
+// load generator's pace would change what is measured. Without the go
+// command at hand it runs in this process instead.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demonstration for about 20 seconds")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var rep jsonReport
+	if bin := buildOverload(t, dir); bin != "" {
+		cmd := exec.CommandContext(ctx, bin, "-quick", "-out", dir)
+		out, err := cmd.CombinedOutput()
+		t.Log("\n" + string(out))
+		if err != nil {
+			t.Fatalf("overload -quick: %v", err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "overload.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var out bytes.Buffer
+		code := run([]string{"-quick", "-out", dir}, &out, &out)
+		t.Log("\n" + out.String())
+		if code != 0 {
+			t.Fatalf("run -quick: exit code %d", code)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "overload.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	crit := map[string]float64{}
+	for _, s := range rep.Steps {
+		if s.Load == targetStep {
+			crit[s.Setup] = s.ByPriority[shed.Critical.String()].Success
+		}
+	}
+	if len(crit) != 3 {
+		t.Fatalf("want a %d× step for each of the three set-ups, got %v", targetStep, crit)
+	}
+	ls, blind, none := crit[string(api.Loadshed)], crit[string(api.BlindLimit)], crit[string(api.Unprotected)]
+	if ls <= blind {
+		t.Errorf("critical success at %d×: loadshed %s, not above the priority-blind limit's %s", targetStep, pct(ls), pct(blind))
+	}
+	if ls <= none {
+		t.Errorf("critical success at %d×: loadshed %s, not above no protection's %s", targetStep, pct(ls), pct(none))
+	}
+	if len(rep.TargetVerdicts) != 3 || rep.TargetsMet == nil {
+		t.Errorf("want three target verdicts, got %v", rep.TargetVerdicts)
+	}
+	for _, name := range []string{"overload.svg", "overload.png", "overload.txt"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: missing or empty (%v)", name, err)
+		}
+	}
+}
+
+// buildOverload builds this command without the race detector into dir;
+// "" when the go command is not at hand or the build fails.
+func buildOverload(t *testing.T, dir string) string {
+	// The go command that runs this test; the one on PATH otherwise.
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goCmd); err != nil {
+		if goCmd, err = exec.LookPath("go"); err != nil {
+			t.Logf("no go command (%v): running in this process", err)
+			return ""
+		}
+	}
+	bin := filepath.Join(dir, "overload")
+	start := time.Now()
+	out, err := exec.Command(goCmd, "build", "-o", bin, "github.com/loadshed/loadshed/examples/overload").CombinedOutput()
+	if err != nil {
+		t.Logf("go build failed (%v: %s): running in this process", err, out)
+		return ""
+	}
+	t.Logf("built examples/overload in %s", time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+func TestSummarise(t *testing.T) {
+	var samples []sample
+	for i := range 100 {
+		samples = append(samples, sample{prio: shed.Critical, res: resOK, latency: time.Duration(i+1) * time.Millisecond})
+	}
+	samples = append(samples, sample{prio: shed.Sheddable, res: resShed}, sample{prio: shed.Sheddable, res: resTimeout})
+	got := summarise(samples, 2*time.Second)
+	crit, shd, all := got[shed.Critical.Index()], got[shed.Sheddable.Index()], got[shed.NumPriorities]
+	if crit.sent != 100 || crit.successRate() != 1 || crit.p50 != 50*time.Millisecond || crit.p99 != 99*time.Millisecond || crit.goodput != 50 {
+		t.Errorf("critical: %+v", crit)
+	}
+	if shd.sent != 2 || shd.counts[resShed] != 1 || shd.counts[resTimeout] != 1 || shd.successRate() != 0 || shd.p99 != 0 {
+		t.Errorf("sheddable: %+v", shd)
+	}
+	if all.sent != 102 || all.goodput != 50 {
+		t.Errorf("all: %+v", all)
+	}
+}
+
+func TestPickPriorityFollowsTheMix(t *testing.T) {
+	var counts [shed.NumPriorities]int
+	rng := newRand(1)
+	const n = 100_000
+	for range n {
+		counts[pickPriority(rng).Index()]++
+	}
+	for _, p := range shed.Priorities() {
+		got := float64(counts[p.Index()]) / n
+		if got < mix[p]-0.01 || got > mix[p]+0.01 {
+			t.Errorf("%s: %.3f of requests, want %.2f", p, got, mix[p])
+		}
+	}
+}
+
+func TestParseOptionsRejectsBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"-steps", "1,x"},
+		{"-steps", "0"},
+		{"-work", "0s"},
+		{"-work", "2s"},
+		{"-timeout", "0s"},
+		{"-instances", "3"},
+		{"-instances", "0", "-redis", "127.0.0.1:6379"},
+		{"-setups", "none,magic"},
+		{"extra"},
+	} {
+		var stderr bytes.Buffer
+		if _, err := parseOptions(args, &stderr); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+	o, err := parseOptions(nil, &bytes.Buffer{})
+	if err != nil || len(o.steps) != 5 || len(o.setups) != 3 || o.measure != 5*time.Second {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	o, err = parseOptions([]string{"-quick"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(o.steps, []float64{1, 5}) {
+		t.Errorf("-quick: steps %v, %v", o.steps, err)
+	}
+}
+
+func TestFirstCPUs(t *testing.T) {
+	for _, c := range []struct {
+		list string
+		want []int
+	}{
+		{"0-1", []int{0, 1}},
+		{"0", []int{0}},
+		{"3,5-9", []int{3, 5}},
+		{"2-3,8", []int{2, 3}},
+		{"", nil},
+		{"x", nil},
+		{"4-2", nil},
+		{"-1", nil},
+	} {
+		if got := firstCPUs(c.list, 2); !slices.Equal(got, c.want) {
+			t.Errorf("firstCPUs(%q) = %v, want %v", c.list, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,344 @@
+// Package api is the example service of examples/server and
+// examples/overload: a small payments API on a chi router, its routes
+// annotated with priorities, its handlers burning CPU on request, behind one
+// of three protections (none, a priority-blind global rate limit, or
+// loadshed's layers), with counters of what it admitted and shed.
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// Protection names what stands in front of the handlers.
+type Protection string
+
+// The protections the overload demonstration compares.
+const (
+	// Unprotected runs every request.
+	Unprotected Protection = "none"
+	// BlindLimit is one global rate limit at the service's capacity, blind
+	// to priority: what a user of a plain rate limiter (httprate, say)
+	// would set.
+	BlindLimit Protection = "blind-limit"
+	// Loadshed is loadshed's layers, in order: a per-key rate limit, an
+	// in-flight cap with a priority queue, the fleet-usage shedder, the
+	// worker-utilisation shedder.
+	Loadshed Protection = "loadshed"
+)
+
+// ParseProtection reads a protection's name.
+func ParseProtection(s string) (Protection, error) {
+	switch p := Protection(s); p {
+	case Unprotected, BlindLimit, Loadshed:
+		return p, nil
+	}
+	return "", fmt.Errorf("api: unknown protection %q (want %s, %s or %s)", s, Unprotected, BlindLimit, Loadshed)
+}
+
+// The routes and their priorities. A request with X-Test-Mode: true is
+// test-mode traffic whatever its route.
+var routes = []struct {
+	method, pattern string
+	priority        shed.Priority
+}{
+	{http.MethodPost, "/v1/charges", shed.Critical},
+	{http.MethodGet, "/v1/charges", shed.Default},
+	{http.MethodGet, "/v1/reports", shed.Sheddable},
+}
+
+// TestModeHeader marks test-mode traffic.
+const TestModeHeader = "X-Test-Mode"
+
+// KeyHeader carries the client's API key.
+const KeyHeader = "X-API-Key"
+
+// MaxWork bounds ?work=, so that one request cannot hold the CPU for long.
+const MaxWork = time.Second
+
+// DefaultWork is the CPU a request burns when it does not say.
+const DefaultWork = time.Millisecond
+
+// Config configures a Service.
+type Config struct {
+	// Protection is what stands in front of the handlers (default Loadshed).
+	Protection Protection
+	// GlobalRate is BlindLimit's limit, in requests per second for all
+	// clients together. Required with BlindLimit.
+	GlobalRate int64
+	// Layers tunes Loadshed's layers (zero: the defaults).
+	Layers LayerSettings
+	// Redis is the address of the Redis server the fleet layer shares
+	// counts through; empty: this process alone, in memory.
+	Redis string
+	// Instance names this process in the fleet (default: host and pid).
+	Instance string
+	// FleetPrefix starts the fleet layer's Redis keys; instances sharing
+	// capacity share it (default: the fleet layer's).
+	FleetPrefix string
+}
+
+// Service is the example API with its protection.
+type Service struct {
+	handler http.Handler
+	stats   *Stats
+	gauges  []shed.GaugeReporter
+	closers []func() error
+	burner  burner
+}
+
+// New builds the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Protection == "" {
+		cfg.Protection = Loadshed
+	}
+	s := &Service{stats: &Stats{}, burner: newBurner()}
+	var protect func(http.Handler) http.Handler
+	var err error
+	switch cfg.Protection {
+	case Unprotected:
+	case BlindLimit:
+		protect, err = s.blindLimit(cfg.GlobalRate)
+	case Loadshed:
+		protect, err = s.loadshed(cfg)
+	default:
+		_, err = ParseProtection(string(cfg.Protection))
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+
+	r := chi.NewRouter()
+	r.Use(s.stats.count)
+	// Health checks and scrapes are answered before any protection, so they
+	// are never shed nor counted against anyone.
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	r.Get("/metrics", s.metrics)
+	r.Group(func(r chi.Router) {
+		if protect != nil {
+			r.Use(protect)
+		}
+		r.Post("/v1/charges", s.work(http.StatusCreated, `{"id":"ch_1","status":"succeeded"}`))
+		r.Get("/v1/charges", s.work(http.StatusOK, `{"data":[{"id":"ch_1"}]}`))
+		r.Get("/v1/reports", s.work(http.StatusOK, `{"report":"monthly","rows":[]}`))
+	})
+	s.handler = r
+	return s, nil
+}
+
+// Handler serves the API.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Stats are the service's counters.
+func (s *Service) Stats() *Stats { return s.stats }
+
+// Close stops what the protection runs in the background.
+func (s *Service) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// work answers a route after burning ?work= of CPU (default DefaultWork).
+func (s *Service) work(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d := DefaultWork
+		if v := r.URL.Query().Get("work"); v != "" {
+			var err error
+			d, err = time.ParseDuration(v)
+			if err != nil || d < 0 || d > MaxWork {
+				http.Error(w, fmt.Sprintf("work must be a duration between 0 and %s", MaxWork), http.StatusBadRequest)
+				return
+			}
+		}
+		s.burner.burn(d)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body+"\n")
+	}
+}
+
+// priorityOf is the priority the routes table and the test-mode header give
+// a request; the counters use it, and it is what the protection sees.
+func priorityOf(r *http.Request) shed.Priority {
+	if isTestMode(r) {
+		return shed.TestMode
+	}
+	for _, rt := range routes {
+		if r.Method == rt.method && r.URL.Path == rt.pattern {
+			return rt.priority
+		}
+	}
+	return shed.Default
+}
+
+func isTestMode(r *http.Request) bool {
+	v := r.Header.Get(TestModeHeader)
+	return v != "" && strings.EqualFold(v, "true")
+}
+
+// Stats counts requests by priority and answer, and requests in flight.
+type Stats struct {
+	inFlight atomic.Int64
+	counts   [shed.NumPriorities][numAnswers]atomic.Int64
+}
+
+// Answer is a class of response the counters tell apart.
+type Answer int
+
+// The classes of answers.
+const (
+	OK        Answer = iota // 2xx
+	Throttled               // 429
+	Shed                    // 503
+	Other                   // anything else
+	numAnswers
+)
+
+var answerWords = [numAnswers]string{"ok", "429", "503", "other"}
+
+func (a Answer) String() string { return answerWords[a] }
+
+func answerOf(status int) Answer {
+	switch {
+	case status >= 200 && status < 300:
+		return OK
+	case status == http.StatusTooManyRequests:
+		return Throttled
+	case status == http.StatusServiceUnavailable:
+		return Shed
+	}
+	return Other
+}
+
+// Count is how many requests of priority p got answer a so far.
+func (st *Stats) Count(p shed.Priority, a Answer) int64 { return st.counts[p.Index()][a].Load() }
+
+// InFlight is how many API requests are being answered now.
+func (st *Stats) InFlight() int64 { return st.inFlight.Load() }
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (st *Stats) count(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p := priorityOf(r)
+		st.inFlight.Add(1)
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			st.inFlight.Add(-1)
+			if sw.status == 0 {
+				sw.status = http.StatusOK
+			}
+			st.counts[p.Index()][answerOf(sw.status)].Add(1)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// metrics answers in Prometheus's text format: the counters, and every
+// gauge the layers report.
+func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	var b strings.Builder
+	b.WriteString("# TYPE loadshed_example_requests_total counter\n")
+	for _, p := range shed.Priorities() {
+		for a := Answer(0); a < numAnswers; a++ {
+			fmt.Fprintf(&b, "loadshed_example_requests_total{priority=%q,answer=%q} %d\n", p, a, s.stats.Count(p, a))
+		}
+	}
+	b.WriteString("# TYPE loadshed_example_in_flight gauge\n")
+	fmt.Fprintf(&b, "loadshed_example_in_flight %d\n", s.stats.InFlight())
+	if len(s.gauges) > 0 {
+		b.WriteString("# TYPE loadshed_layer_gauge gauge\n")
+	}
+	for _, g := range s.gauges {
+		g.ReportGauges(func(g shed.Gauge) {
+			fmt.Fprintf(&b, "loadshed_layer_gauge{layer=%q,name=%q,priority=%q,signal=%q} %s\n",
+				g.Layer, g.Name, g.Priority, g.Signal, strconv.FormatFloat(g.Value, 'g', -1, 64))
+		})
+	}
+	io.WriteString(w, b.String())
+}
+
+// LogEvery writes one line per interval to out, until stop is closed: what
+// was admitted and shed, by priority, since the last line, and the layers'
+// gauges that say why (the worker layer's signals and shed level, the
+// fleet's usage).
+func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struct{}) {
+	st := s.stats
+	var last [shed.NumPriorities][numAnswers]int64
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var line strings.Builder
+		var now [shed.NumPriorities][numAnswers]int64
+		for _, p := range shed.Priorities() {
+			for a := Answer(0); a < numAnswers; a++ {
+				now[p.Index()][a] = st.Count(p, a)
+			}
+		}
+		fmt.Fprintf(&line, "%s in-flight=%d", time.Now().Format("15:04:05"), st.InFlight())
+		for _, a := range []Answer{OK, Throttled, Shed} {
+			fmt.Fprintf(&line, " | %s", map[Answer]string{OK: "ok", Throttled: "429", Shed: "503"}[a])
+			for i := shed.NumPriorities - 1; i >= 0; i-- {
+				fmt.Fprintf(&line, " %s=%d", shed.Priorities()[i], now[i][a]-last[i][a])
+			}
+		}
+		last = now
+		for _, g := range s.gauges {
+			g.ReportGauges(func(g shed.Gauge) {
+				switch g.Name {
+				case shed.GaugeUtilization:
+					fmt.Fprintf(&line, " %s.%s=%.2f", g.Layer, g.Signal, g.Value)
+				case shed.GaugeShedLevel:
+					fmt.Fprintf(&line, " %s.level=%.2f", g.Layer, g.Value)
+				case shed.GaugeUsage:
+					fmt.Fprintf(&line, " %s.usage.%s=%.0f", g.Layer, g.Priority, g.Value)
+				}
+			})
+		}
+		fmt.Fprintln(out, line.String())
+	}
+}

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed"
+)
+
+func serve(t *testing.T, cfg Config) (*Service, *httptest.Server) {
+	t.Helper()
+	svc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(func() { srv.Close(); svc.Close() })
+	return svc, srv
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(KeyHeader, "k1")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRoutesCountByPriority(t *testing.T) {
+	for _, p := range []Protection{Unprotected, BlindLimit, Loadshed} {
+		t.Run(string(p), func(t *testing.T) {
+			svc, srv := serve(t, Config{Protection: p, GlobalRate: 1000})
+			for _, c := range []struct {
+				method, path string
+				header       []string
+				status       int
+				prio         shed.Priority
+			}{
+				{http.MethodPost, "/v1/charges?work=0s", nil, http.StatusCreated, shed.Critical},
+				{http.MethodGet, "/v1/charges?work=1ms", nil, http.StatusOK, shed.Default},
+				{http.MethodGet, "/v1/reports", nil, http.StatusOK, shed.Sheddable},
+				{http.MethodGet, "/v1/reports", []string{TestModeHeader, "true"}, http.StatusOK, shed.TestMode},
+			} {
+				before := svc.Stats().Count(c.prio, OK)
+				if status, body := do(t, srv, c.method, c.path, c.header...); status != c.status {
+					t.Errorf("%s %s: %d %s, want %d", c.method, c.path, status, body, c.status)
+				}
+				if got := svc.Stats().Count(c.prio, OK) - before; got != 1 {
+					t.Errorf("%s %s: counted %d ok at %s, want 1", c.method, c.path, got, c.prio)
+				}
+			}
+		})
+	}
+}
+
+func TestWorkIsBounded(t *testing.T) {
+	_, srv := serve(t, Config{Protection: Unprotected})
+	for _, w := range []string{"x", "-1ms", "2s"} {
+		if status, _ := do(t, srv, http.MethodGet, "/v1/charges?work="+w); status != http.StatusBadRequest {
+			t.Errorf("work=%s: %d, want 400", w, status)
+		}
+	}
+}
+
+func TestHealthAndMetricsAreNeverCounted(t *testing.T) {
+	svc, srv := serve(t, Config{Protection: Loadshed})
+	for range 3 {
+		if status, _ := do(t, srv, http.MethodGet, "/healthz"); status != http.StatusOK {
+			t.Fatalf("/healthz: %d", status)
+		}
+	}
+	status, body := do(t, srv, http.MethodGet, "/metrics")
+	if status != http.StatusOK || !strings.Contains(body, `loadshed_example_requests_total{priority="critical",answer="ok"} 0`) ||
+		!strings.Contains(body, `loadshed_layer_gauge{layer="worker",name="shed_level"`) {
+		t.Errorf("/metrics: %d\n%s", status, body)
+	}
+	for _, p := range shed.Priorities() {
+		for a := Answer(0); a < numAnswers; a++ {
+			if n := svc.Stats().Count(p, a); n != 0 {
+				t.Errorf("%s %s: %d, want 0", p, a, n)
+			}
+		}
+	}
+}
+
+func TestBlindLimitRejectsEveryPriorityAlike(t *testing.T) {
+	svc, srv := serve(t, Config{Protection: BlindLimit, GlobalRate: 1})
+	do(t, srv, http.MethodGet, "/v1/reports?work=0s") // spends the one token
+	if status, _ := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusTooManyRequests {
+		t.Errorf("critical after the global limit is spent: %d, want 429", status)
+	}
+	if n := svc.Stats().Count(shed.Critical, Throttled); n != 1 {
+		t.Errorf("critical 429s counted: %d, want 1", n)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	if _, err := New(Config{Protection: BlindLimit}); err == nil || !strings.Contains(err.Error(), "GlobalRate") {
+		t.Errorf("blind limit without a rate: %v", err)
+	}
+	if _, err := New(Config{Protection: "magic"}); err == nil {
+		t.Error("unknown protection: no error")
+	}
+	if _, err := ParseProtection("magic"); err == nil {
+		t.Error("ParseProtection(magic): no error")
+	}
+}
+
+func TestFleetLayerWithRedis(t *testing.T) {
+	addr := redistest.Addr(t)
+	svc, srv := serve(t, Config{Protection: Loadshed, Redis: addr, Instance: "api-test", FleetPrefix: redistest.Prefix(t)})
+	if status, body := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusCreated {
+		t.Fatalf("POST /v1/charges: %d %s", status, body)
+	}
+	_, body := do(t, srv, http.MethodGet, "/metrics")
+	if !strings.Contains(body, `loadshed_layer_gauge{layer="fleet",name="usage",priority="critical"`) {
+		t.Errorf("/metrics has no fleet usage:\n%s", body)
+	}
+	if n := svc.Stats().Count(shed.Critical, OK); n != 1 {
+		t.Errorf("critical ok: %d, want 1", n)
+	}
+}

@@ -1,0 +1,90 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Main runs the server with command-line args (see examples/server) and
+// returns the process's exit code. examples/overload runs it as a child
+// process of its own binary.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	redisAddr := fs.String("redis", "", "Redis address the fleet layer shares counts through (empty: this process alone, in memory)")
+	instance := fs.String("instance", "", "this instance's name in the fleet (default: host and pid)")
+	protect := fs.String("protect", string(Loadshed), "protection: none, blind-limit or loadshed")
+	globalRate := fs.Int64("global-rate", 0, "blind-limit's limit, requests per second for everybody")
+	var ls LayerSettings
+	fs.Int64Var(&ls.InFlight, "in-flight", 0, "loadshed: requests running at once (0: the default, 8)")
+	fs.DurationVar(&ls.QueueWait, "queue-wait", 0, "loadshed: longest wait for an in-flight slot (0: the default, 500ms)")
+	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed: the worker layer's budget of non-critical requests running at once (0: the default, 4)")
+	fs.DurationVar(&ls.WorkerQueueWait, "worker-queue-wait", 0, "loadshed: longest wait for a worker over the worker budget (0: no queue, 503 at once)")
+	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
+	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
+	fleetPrefix := fs.String("fleet-prefix", "", "start of the fleet layer's Redis keys; instances sharing capacity share it (default: the fleet layer's)")
+	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 10)")
+	quiet := fs.Bool("quiet", false, "no per-second log line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	p, err := ParseProtection(*protect)
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 2
+	}
+	svc, err := New(Config{
+		Protection:  p,
+		GlobalRate:  *globalRate,
+		Layers:      ls,
+		Redis:       *redisAddr,
+		Instance:    *instance,
+		FleetPrefix: *fleetPrefix,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 1
+	}
+	defer svc.Close()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "server:", err)
+		return 1
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "listening on http://%s (protection %s)\n", ln.Addr(), p)
+
+	stop := make(chan struct{})
+	defer close(stop)
+	if !*quiet {
+		go svc.LogEvery(stdout, time.Second, stop)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	select {
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(stderr, "server:", err)
+			return 1
+		}
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}
+	return 0
+}

@@ -1,0 +1,218 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/loadshed/loadshed/concurrency"
+	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
+	"github.com/loadshed/loadshed/worker"
+)
+
+// LayerSettings tunes Loadshed's layers. The zero value of a field takes
+// its default.
+type LayerSettings struct {
+	// PerKeyRate is each client's own rate limit, per second (default 1000:
+	// well above what one of the demonstration's clients sends, so that
+	// what the demonstration shows is shedding, not clients throttled).
+	PerKeyRate int64
+	// InFlight caps the requests running at once (default 8). The worker
+	// layer's budget already holds non-critical requests to Workers, so
+	// this cap is what bounds critical requests piling up when the CPU is
+	// taken away: they wait in its queue, critical first.
+	InFlight int64
+	// PerKeyInFlight caps one client's requests running at once (default 32).
+	PerKeyInFlight int64
+	// QueueWait is the longest a request waits for an in-flight slot,
+	// highest priority first (default 500ms: half the demonstration's
+	// client timeout, so that a critical request waits rather than fails).
+	QueueWait time.Duration
+	// QueueLength bounds the requests waiting for a slot (default 64).
+	QueueLength int
+
+	// FleetPerInstance is, with Redis, the fleet layer's capacity per live
+	// instance, in requests in flight (default 10, a little above InFlight).
+	// The fleet layer's default ceilings keep the last 20% of the fleet's
+	// capacity for critical requests and 40% for critical and default
+	// ones, and give test-mode traffic 10%: with 10 per instance, one
+	// test-mode request per instance (ceilings are whole requests, rounded
+	// down, so a smaller figure leaves test-mode none at all).
+	FleetPerInstance int64
+
+	// Workers is the worker layer's budget: the most non-critical requests
+	// running at once (default 4). With one CPU and handlers that burn it,
+	// 4 keeps the CPU busy and lets the bursts of random arrivals at half
+	// the capacity through, while an admitted request waits behind at most
+	// three others. Measured with -server-flags on this example: 2 refused
+	// 5% of requests at 0.5x and 10-20% at 1x, and held goodput at 5x to
+	// 50-60% of capacity; 4 refused none at 0.5x and kept 82-95% at 5x.
+	// The layer yields the CPU after admitting, so that the requests read
+	// meanwhile are answered before the work starts.
+	Workers int64
+	// WorkerQueueWait, when set, lets a request over the worker budget wait
+	// that long for a worker (highest priority first, newest first once the
+	// queue stands) instead of getting a 503 at once (default 0: no queue;
+	// a 5ms queue with a budget of 2 did no better than a budget of 4).
+	WorkerQueueWait time.Duration
+	// CPUFull is the share of the CPU budget the worker layer counts as
+	// saturation (default 1.25: the worker budget already keeps admitted
+	// work from queueing, so the CPU may run hotter than Stripe's 0.8
+	// threshold of it before requests are shed by level).
+	CPUFull float64
+	// SchedLatency is the Go scheduler latency the worker layer counts as
+	// saturation (default 20ms: a 2ms handler holding the one CPU is not
+	// overload; a machine whose other processes take the CPU away is).
+	SchedLatency time.Duration
+}
+
+func (ls LayerSettings) withDefaults() LayerSettings {
+	if ls.PerKeyRate == 0 {
+		ls.PerKeyRate = 1000
+	}
+	if ls.InFlight == 0 {
+		ls.InFlight = 8
+	}
+	if ls.PerKeyInFlight == 0 {
+		ls.PerKeyInFlight = 32
+	}
+	if ls.QueueWait == 0 {
+		ls.QueueWait = 500 * time.Millisecond
+	}
+	if ls.QueueLength == 0 {
+		ls.QueueLength = 64
+	}
+	if ls.FleetPerInstance == 0 {
+		ls.FleetPerInstance = 10
+	}
+	if ls.Workers == 0 {
+		ls.Workers = 4
+	}
+	if ls.CPUFull == 0 {
+		ls.CPUFull = 1.25
+	}
+	if ls.SchedLatency == 0 {
+		ls.SchedLatency = 20 * time.Millisecond
+	}
+	return ls
+}
+
+// httpConfig is how every protection reads a request: the client from
+// X-API-Key (hashed: it is a secret), the priority from the route, or
+// test-mode from the header.
+func httpConfig() shedhttp.Config {
+	prios := shedhttp.RoutePriorities{}
+	for _, rt := range routes {
+		prios[rt.method+" "+rt.pattern] = rt.priority
+	}
+	return shedhttp.Config{
+		Key:        shedhttp.KeyHash(shedhttp.KeyHeader(KeyHeader)),
+		Priorities: prios,
+		Priority: func(r *http.Request, p shed.Priority) shed.Priority {
+			if isTestMode(r) {
+				return shed.TestMode
+			}
+			return p
+		},
+	}
+}
+
+// blindLimit is one rate limit shared by every request, whatever its
+// priority, as a plain rate limiter sets it: built from loadshed's own
+// ratelimit package with a single rule keyed on a constant.
+func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, error) {
+	if perSecond < 1 {
+		return nil, fmt.Errorf("api: Config.GlobalRate must be at least 1 with %s, got %d", BlindLimit, perSecond)
+	}
+	store, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerSecond(perSecond), ratelimit.MemoryConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("api: global rate limit: %w", err)
+	}
+	s.closers = append(s.closers, store.Close)
+	global := ratelimit.By("global", func(context.Context, shed.Request) string { return "all" })
+	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Store: store},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("api: global rate limit: %w", err)
+	}
+	s.closers = append(s.closers, layer.Close)
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}})
+	if err != nil {
+		return nil, err
+	}
+	return shedhttp.New(chain, httpConfig())
+}
+
+// loadshed is loadshed's layers in order: each client's own rate limit
+// (429), the in-flight cap whose queue lets critical requests ahead (503),
+// and the worker layer, which sheds by priority when this process is busy
+// and keeps the CPU from queueing admitted work (503).
+func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) {
+	ls := cfg.Layers.withDefaults()
+
+	perKey, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerSecond(ls.PerKeyRate), ratelimit.MemoryConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
+	}
+	s.closers = append(s.closers, perKey.Close)
+	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
+	}
+	s.closers = append(s.closers, rate.Close)
+
+	inFlight, err := concurrency.New(concurrency.Config{
+		Limit:  ls.InFlight,
+		PerKey: ls.PerKeyInFlight,
+		KeyBy:  concurrency.KeyByClient,
+		Enforcement: shed.Enforcement{
+			Action: shed.Queue,
+			Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: in-flight cap: %w", err)
+	}
+	// The package's preset for handlers that burn CPU (a worker budget,
+	// Yield, the CPU counted saturated only when the whole budget is busy),
+	// with this example's settings.
+	wc := worker.CPUBound()
+	wc.Workers = ls.Workers
+	wc.CPU.Full = ls.CPUFull
+	wc.SchedLatencyTarget = ls.SchedLatency
+	if ls.WorkerQueueWait > 0 {
+		wc.Enforcement = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{
+			MaxLength: ls.QueueLength, MaxWait: ls.WorkerQueueWait, AdaptiveLIFO: true,
+		}}
+	}
+	busy, err := worker.New(wc)
+	if err != nil {
+		return nil, fmt.Errorf("api: worker layer: %w", err)
+	}
+	s.closers = append(s.closers, func() error { busy.Close(); return nil })
+
+	layers := []shed.Layer{rate, inFlight, busy}
+	fl, err := s.fleetLayer(cfg, ls)
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		layers = []shed.Layer{rate, inFlight, fl, busy}
+	}
+	for _, l := range layers {
+		if g, ok := l.(shed.GaugeReporter); ok {
+			s.gauges = append(s.gauges, g)
+		}
+	}
+	chain, err := shed.NewChain(shed.Config{Layers: layers})
+	if err != nil {
+		return nil, err
+	}
+	return shedhttp.New(chain, httpConfig())
+}
