@@ -33,11 +33,11 @@ const (
 type Kind uint8
 
 const (
-	Counter   Kind = iota // monotonic, recorded on events
-	Histogram             // recorded on events
-	UpDown                // recorded on events, goes up and down
-	Gauge                 // read from GaugeReporters at collection
-	Cumulative            // read from GaugeReporters at collection, monotonic
+	Counter    Kind = iota // monotonic, recorded on events
+	Histogram              // recorded on events
+	UpDown                 // recorded on events, goes up and down
+	Gauge                  // read from GaugeReporters at collection
+	Cumulative             // read from GaugeReporters at collection, monotonic
 )
 
 // Metric describes one metric in both conventions.
