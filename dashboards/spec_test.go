@@ -280,7 +280,7 @@ func (b board) render() []byte {
 		"refresh": "30s", "time": map[string]any{"from": "now-1h", "to": "now"}, "timezone": "",
 		"fiscalYearStartMonth": 0, "liveNow": false, "weekStart": "",
 		"timepicker": map[string]any{}, "id": nil,
-		"templating":  map[string]any{"list": vars},
+		"templating": map[string]any{"list": vars},
 		"annotations": map[string]any{"list": []any{map[string]any{
 			"builtIn": 1, "datasource": map[string]any{"type": "grafana", "uid": "-- Grafana --"}, "enable": true,
 			"hide": true, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}}},
