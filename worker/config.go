@@ -1,0 +1,244 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// DefaultName is the layer's name unless Config.Name says otherwise.
+const DefaultName = "worker"
+
+// Defaults of Config's optional fields.
+const (
+	DefaultInterval     = 250 * time.Millisecond
+	DefaultSmoothing    = 0.5
+	DefaultShedAt       = 0.8
+	DefaultRecoverBelow = 0.7
+	// DefaultRecovery is how long the controller takes to stop shedding one
+	// whole priority once pressure is below RecoverBelow: from shedding
+	// test-mode, sheddable and default traffic to shedding nothing takes
+	// three times as long.
+	DefaultRecovery = 3 * time.Second
+	// DefaultRiseGain: levels per second the shed level climbs per unit of
+	// pressure above RecoverBelow. At pressure 1.0 (a saturated CPU) it
+	// climbs 1.2 levels a second; a scheduler latency ten times its target
+	// takes it to the top in one sample.
+	DefaultRiseGain           = 4.0
+	DefaultSchedLatencyTarget = 10 * time.Millisecond
+	DefaultQueueDelayTarget   = 5 * time.Millisecond
+	DefaultRetryAfter         = time.Second
+)
+
+// Reason is the rejection's Reason: the process is shedding load.
+const Reason = "temporary-reduced-capacity"
+
+// Config configures a Layer. The zero value is usable: CPU and scheduler
+// latency signals, Stripe's thresholds (shed from 0.8, recover below 0.7),
+// no worker budget, critical traffic never shed, rejecting with 503.
+type Config struct {
+	// Name is the layer's name in rejections, metrics and logs (default
+	// "worker").
+	Name string
+
+	// Enforcement: Hard (default) or Soft mode, dry run, and the action on
+	// "over": Reject (503 at once) or Queue (wait for a worker, or for the
+	// shed level to fall, in a shed.WaitQueue). Soft admits a request of the
+	// marginal priority (the one shed only in part) or one over the worker
+	// budget by at most Overage, for at most OverageFor per episode. Elastic
+	// is refused: it would read this layer's own headroom.
+	Enforcement shed.Enforcement
+
+	// Interval is how often the signals are sampled (default 250ms).
+	Interval time.Duration
+	// Smoothing is the weight of a new sample in each signal's moving
+	// average, in (0, 1] (default 0.5; 1 means no smoothing).
+	Smoothing float64
+	// ShedAt is the pressure at which shedding starts (default 0.8).
+	ShedAt float64
+	// RecoverBelow is the pressure below which shedding eases (default 0.7).
+	// Between RecoverBelow and ShedAt the shed level holds still, which is
+	// what keeps it from flapping under steady overload.
+	RecoverBelow float64
+	// Recovery is how long it takes, with pressure below RecoverBelow, to
+	// stop shedding one whole priority (default 3s). The level falls
+	// linearly; it rises in proportion to the pressure, much faster.
+	Recovery time.Duration
+	// RiseGain is how fast the level climbs: levels per second per unit of
+	// pressure above RecoverBelow (default 4). A level is one priority.
+	RiseGain float64
+	// ShedCritical lets the layer shed critical requests too, last (default
+	// false: critical requests are never shed, by the level or by the
+	// worker budget).
+	ShedCritical bool
+
+	// CPU configures the CPU signal: this process's CPU use against its
+	// budget.
+	CPU CPUConfig
+	// SchedLatencyTarget is the Go scheduler latency (the p99, over each
+	// interval, of how long runnable goroutines waited for a CPU, from
+	// runtime/metrics) that counts as saturation, pressure 1.0 (default
+	// 10ms). Negative disables the signal.
+	SchedLatencyTarget time.Duration
+	// QueueDelayTarget is, with the Queue action, the shortest wait in the
+	// queue over an interval that counts as saturation (default 5ms): as in
+	// CoDel, a queue that never empties below the target is a standing
+	// queue, overload even when the CPU reads fine.
+	QueueDelayTarget time.Duration
+	// Workers is the worker budget: the most request units (Request.Units)
+	// in flight in this layer at once (default 0: no budget). Over it a
+	// request is rejected, or queued, at once, without waiting for the
+	// sampler; in flight against the budget is also a signal. For handlers
+	// that burn CPU, a budget near the CPU budget (see DetectBudget) keeps
+	// the admitted work from queueing for the CPU. Critical requests are
+	// counted but never refused unless ShedCritical is set.
+	Workers int64
+	// Yield, with a worker budget, makes Acquire yield the processor once
+	// after admitting (runtime.Gosched), so that the requests already read
+	// and waiting to run get their answer before the admitted one's work
+	// starts. Turn it on for handlers that burn CPU without blocking: there,
+	// without it, requests that arrive while one runs wait for it to finish
+	// before they are even looked at, and the budget never sees them.
+	Yield bool
+	// Signals are extra signals, sampled with the built-in ones.
+	Signals []Signal
+
+	// RetryAfter is the Retry-After of a rejection (default 1s).
+	RetryAfter time.Duration
+	// Clock drives the sampler and the queue (default shed.SystemClock).
+	// With a manual clock the sampler runs only as the clock is advanced.
+	Clock shed.Clock
+}
+
+// CPUConfig configures the CPU signal.
+type CPUConfig struct {
+	// Disable turns the CPU signal off.
+	Disable bool
+	// Budget is the CPUs this process may use (default: detected, see
+	// DetectBudget).
+	Budget float64
+	// Full is the share of the budget that counts as saturation, pressure
+	// 1.0 (default 1.0: every CPU of the budget busy). A service whose
+	// worker budget already keeps admitted work from queueing may run its
+	// CPU hotter than ShedAt of the budget without harm; raising Full lets it.
+	Full float64
+}
+
+// Signal is a source of pressure: a reading of how close to saturation
+// something the process depends on is, 0 idle, 1 saturated, above 1 past
+// it. The layer calls Read on its sampler goroutine once per interval; Read
+// must be quick and safe to call from another goroutine than the one that
+// made it.
+type Signal struct {
+	// Name labels the signal's utilization gauge; a short snake_case word.
+	Name string
+	// Read returns the pressure now.
+	Read func() float64
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Smoothing == 0 {
+		c.Smoothing = DefaultSmoothing
+	}
+	if c.ShedAt == 0 {
+		c.ShedAt = DefaultShedAt
+	}
+	if c.RecoverBelow == 0 {
+		c.RecoverBelow = DefaultRecoverBelow
+	}
+	if c.Recovery == 0 {
+		c.Recovery = DefaultRecovery
+	}
+	if c.RiseGain == 0 {
+		c.RiseGain = DefaultRiseGain
+	}
+	if c.SchedLatencyTarget == 0 {
+		c.SchedLatencyTarget = DefaultSchedLatencyTarget
+	}
+	if c.QueueDelayTarget == 0 {
+		c.QueueDelayTarget = DefaultQueueDelayTarget
+	}
+	if c.CPU.Full == 0 {
+		c.CPU.Full = 1
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	c.Clock = shed.ClockOr(c.Clock)
+	return c
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Validate reports every invalid field, by name (joined with errors.Join).
+// Zero values stand for the defaults and are valid.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("worker: "+format, args...))
+	}
+	if c.Interval < 0 {
+		bad("Config.Interval must be positive, got %v", c.Interval)
+	}
+	if !finite(c.Smoothing) || c.Smoothing < 0 || c.Smoothing > 1 {
+		bad("Config.Smoothing must be within (0, 1], got %v", c.Smoothing)
+	}
+	if !finite(c.ShedAt) || c.ShedAt < 0 || c.ShedAt > 1 {
+		bad("Config.ShedAt must be within [0, 1], got %v", c.ShedAt)
+	}
+	if !finite(c.RecoverBelow) || c.RecoverBelow < 0 || c.RecoverBelow > 1 {
+		bad("Config.RecoverBelow must be within [0, 1], got %v", c.RecoverBelow)
+	}
+	d := c.withDefaults()
+	if finite(d.ShedAt) && finite(d.RecoverBelow) && d.RecoverBelow > d.ShedAt {
+		bad("Config.RecoverBelow (%v) must not be above Config.ShedAt (%v)", d.RecoverBelow, d.ShedAt)
+	}
+	if c.Recovery < 0 {
+		bad("Config.Recovery must be positive, got %v", c.Recovery)
+	}
+	if !finite(c.RiseGain) || c.RiseGain < 0 {
+		bad("Config.RiseGain must be positive, got %v", c.RiseGain)
+	}
+	if !finite(c.CPU.Budget) || c.CPU.Budget < 0 {
+		bad("Config.CPU.Budget must be a positive number of CPUs, got %v", c.CPU.Budget)
+	}
+	if !finite(c.CPU.Full) || c.CPU.Full < 0 {
+		bad("Config.CPU.Full must be positive, got %v", c.CPU.Full)
+	}
+	if c.QueueDelayTarget < 0 {
+		bad("Config.QueueDelayTarget must be positive, got %v", c.QueueDelayTarget)
+	}
+	if c.Workers < 0 {
+		bad("Config.Workers must not be negative, got %d", c.Workers)
+	}
+	if c.Yield && c.Workers == 0 {
+		bad("Config.Yield needs a worker budget (Config.Workers)")
+	}
+	for i, s := range c.Signals {
+		if s.Name == "" {
+			bad("Config.Signals[%d].Name is empty", i)
+		}
+		if s.Read == nil {
+			bad("Config.Signals[%d].Read is nil", i)
+		}
+	}
+	if c.RetryAfter < 0 {
+		bad("Config.RetryAfter must not be negative, got %v", c.RetryAfter)
+	}
+	if c.Enforcement.Mode == shed.Elastic {
+		bad("Config.Enforcement.Mode elastic is not supported: it would read this layer's own headroom (use hard or soft)")
+	}
+	if err := c.Enforcement.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: Config.Enforcement: %w", err))
+	}
+	return errors.Join(errs...)
+}

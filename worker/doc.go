@@ -1,0 +1,87 @@
+// Package worker is loadshed's worker-utilization load shedder, the last
+// line of defence: when this process is too busy for the work it is given,
+// it sheds the least important requests first, test-mode traffic, then
+// sheddable, then default (critical only when Config.ShedCritical says
+// so), and when that brings it back into a good state it brings traffic
+// back, slowly. Layer implements shed.Layer (named "worker"), and also
+// shed.Headroom, the signal elastic limits of the other layers read, and
+// shed.GaugeReporter.
+//
+// # Signals
+//
+// A sampler (every Config.Interval, default 250ms) reads each signal as a
+// pressure, 0 idle and 1 saturated, smooths it (an exponential moving
+// average) and takes the highest:
+//
+//   - cpu: this process's CPU time (gopsutil) against its real budget: the
+//     cgroup v2 quota (cpu.max, the tightest of its cgroup and the parents)
+//     where there is one, else GOMAXPROCS, never more than the host's CPUs
+//     (DetectBudget). A process with 2 CPUs of quota on a 64-core host reads
+//     right.
+//   - sched_latency: the p99 of the Go scheduler latency recorded since the
+//     last sample (runtime/metrics /sched/latencies:seconds), against
+//     Config.SchedLatencyTarget: how long runnable goroutines wait for a
+//     CPU, which grows with the run queue as the CPU saturates.
+//   - queue_delay (with the Queue action): as in CoDel, the shortest wait
+//     in the layer's queue over the interval against Config.QueueDelayTarget;
+//     a queue that never drains below the target is a standing queue.
+//   - in_flight (with a worker budget): requests in flight against
+//     Config.Workers.
+//   - any Config.Signals the user adds.
+//
+// # The controller
+//
+// The pressure drives a shed level: 0 sheds nothing, 1 sheds all test-mode
+// traffic, 1.25 also a quarter of sheddable traffic, 3 everything but
+// critical. From Config.ShedAt (0.8) the level climbs in proportion to how
+// far the pressure is above Config.RecoverBelow (0.7), Config.RiseGain
+// levels a second per unit, so a flood is met within a sample or two; below
+// RecoverBelow it falls by one level per Config.Recovery (3s); in between it
+// holds, so that steady overload settles instead of flapping. Shedding
+// within the marginal priority is a fraction, drawn at random per request,
+// so the step from shedding nothing to shedding a priority is gradual.
+//
+// The request path reads the level and the headroom published by the
+// sampler as one atomic value: one load and a comparison, plus a random
+// draw for the marginal priority. A shed request gets a 503 (Reason
+// "temporary-reduced-capacity") with Retry-After (Config.RetryAfter), or,
+// with the Queue action, waits in a shed.WaitQueue until the level admits
+// its priority, highest priority first. Dry run admits it and marks the
+// lease; soft mode admits the marginal priority's share for at most
+// Enforcement.OverageFor per episode.
+//
+// # The worker budget
+//
+// A sampler is slow next to a flood, and a level that sheds a fraction of
+// requests at random admits a Poisson stream that still queues for the CPU.
+// Config.Workers bounds the request units in flight at once, checked per
+// request: over it a request is refused (or queued) at once. For handlers
+// that burn CPU, set it near the CPU budget and set Config.Yield: then
+// admitted work never queues for the CPU, the admitted stream is as smooth
+// as the service, and answering the rest stays cheap. Critical requests are
+// counted but never refused by the budget unless ShedCritical is set.
+//
+// # Headroom
+//
+// Headroom is one minus the pressure, and 0 while the layer sheds anything:
+// a rate or concurrency limit in elastic mode (shed.Enforcement.Headroom)
+// goes above its limit exactly while this process has room, and snaps back
+// when it has not.
+//
+// # Bad input
+//
+// Config.Validate names every bad field. Cgroup files that are there but
+// unreadable or malformed are not an error: the budget falls back to
+// GOMAXPROCS and Budget.Err records why, once, at New. Under cgroup v1 or
+// none the budget is GOMAXPROCS. A signal that returns NaN, an infinity or a
+// negative number counts as 0, so a broken gauge never takes the service
+// down.
+//
+// # The overload test
+//
+// go test ./worker -run Overload -overload runs a CPU-burning HTTP server
+// (GOMAXPROCS=1, pinned to one CPU with taskset) offered several times its
+// capacity by an open-loop client on another CPU, with and without this
+// layer, and prints critical success, p99 loaded against unloaded, and
+// goodput.
+package worker

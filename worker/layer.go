@@ -1,0 +1,491 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// paddedInt64 keeps a hot counter on a cache line of its own.
+type paddedInt64 struct {
+	_ [64]byte
+	atomic.Int64
+	_ [56]byte
+}
+
+// Layer is the worker-utilization load shedder. It implements shed.Layer,
+// shed.Releaser, shed.Headroom and shed.GaugeReporter, and is safe for
+// concurrent use. Close stops its sampler.
+type Layer struct {
+	// state is what the request path reads, published by the sampler as one
+	// value: the shed level in the low 32 bits (fixed point, levelScale per
+	// priority) and the headroom in the high 32 (fixed point, headroomScale).
+	state atomic.Uint64
+
+	name       string
+	enf        shed.Enforcement
+	clock      shed.Clock
+	retryAfter time.Duration
+	workers    int64
+	yield      bool
+	protect    int // priorities with this Index or above are never refused
+	queue      *shed.WaitQueue
+	ep         shed.Episode
+	budget     Budget
+	grants     sync.Pool // *grant
+
+	inflight paddedInt64
+	// queueMin is the shortest queue wait (ns) seen since the last sample,
+	// math.MaxInt64 when none.
+	queueMin atomic.Int64
+
+	// The sampler's own state: only the sampler touches it, one tick at a
+	// time (each tick schedules the next).
+	interval  time.Duration
+	smoothing float64
+	signals   []signal
+	ctrl      controller
+	last      time.Time
+	snap      atomic.Pointer[snapshot]
+
+	mu     sync.Mutex // guards timer and closed
+	timer  shed.Timer
+	closed bool
+}
+
+type signal struct {
+	name string
+	read func() float64
+	avg  float64
+	seen bool
+}
+
+// snapshot is the sampler's last reading, for gauges.
+type snapshot struct {
+	pressure float64
+	signals  []float64 // smoothed, in the order of Layer.signals
+	level    float64
+}
+
+const headroomScale = 1 << 30
+
+var (
+	_ shed.Layer         = (*Layer)(nil)
+	_ shed.Releaser      = (*Layer)(nil)
+	_ shed.Headroom      = (*Layer)(nil)
+	_ shed.GaugeReporter = (*Layer)(nil)
+)
+
+// New checks cfg, detects the CPU budget (unless cfg.CPU says it), and
+// starts the sampler. Call Close when done with the layer.
+func New(cfg Config) (*Layer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	l := &Layer{
+		name:       c.Name,
+		enf:        c.Enforcement,
+		clock:      c.Clock,
+		retryAfter: c.RetryAfter,
+		workers:    c.Workers,
+		yield:      c.Yield,
+		protect:    shed.Critical.Index(),
+		interval:   c.Interval,
+		smoothing:  c.Smoothing,
+	}
+	if c.ShedCritical {
+		l.protect = shed.NumPriorities
+	}
+	l.grants.New = func() any { return &grant{owner: l} }
+	l.queueMin.Store(math.MaxInt64)
+	l.ctrl = newController(c, l.protect)
+	if c.CPU.Budget > 0 {
+		l.budget = Budget{CPUs: c.CPU.Budget, Source: "config"}
+	} else {
+		l.budget = DetectBudget()
+	}
+	if !c.CPU.Disable {
+		s, err := newCPUSignal(l.budget.CPUs, c.CPU.Full)
+		if err != nil {
+			return nil, fmt.Errorf("worker: Config.CPU: reading this process's CPU time: %w", err)
+		}
+		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read})
+	}
+	if c.SchedLatencyTarget > 0 {
+		s := newSchedSignal(c.SchedLatencyTarget)
+		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read})
+	}
+	if l.enf.Action == shed.Queue {
+		qc := l.enf.Queue
+		if qc.Clock == nil {
+			qc.Clock = l.clock
+		}
+		q, err := shed.NewWaitQueue(qc)
+		if err != nil {
+			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
+		}
+		l.queue = q
+		target := float64(c.QueueDelayTarget)
+		maxLen := float64(qc.MaxLength)
+		l.signals = append(l.signals, signal{name: SignalQueueDelay, read: func() float64 {
+			return l.queuePressure(target, maxLen)
+		}})
+	}
+	if l.workers > 0 {
+		w := float64(l.workers)
+		l.signals = append(l.signals, signal{name: SignalInFlight, read: func() float64 {
+			return float64(l.inflight.Load()) / w
+		}})
+	}
+	for _, s := range c.Signals {
+		l.signals = append(l.signals, signal{name: s.Name, read: s.Read})
+	}
+	l.publish(0, 0, make([]float64, len(l.signals)))
+	l.last = l.clock.Now()
+	l.mu.Lock()
+	l.timer = l.clock.AfterFunc(l.interval, l.tick)
+	l.mu.Unlock()
+	return l, nil
+}
+
+// Name returns the layer's name (Config.Name, default "worker").
+func (l *Layer) Name() string { return l.name }
+
+// Budget returns the CPU budget the CPU signal measures against, and where
+// it came from (with the reason, when the cgroup files could not be read).
+func (l *Layer) Budget() Budget { return l.budget }
+
+// Close stops the sampler. The layer keeps deciding on its last reading.
+func (l *Layer) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+// tick samples every signal, steps the controller and publishes the result,
+// then schedules the next tick.
+func (l *Layer) tick() {
+	now := l.clock.Now()
+	// A late sample (a stalled process, a manual clock moved far) moves the
+	// level no more than two regular ones would.
+	dt := min(now.Sub(l.last), 2*l.interval)
+	l.last = now
+	pressure := 0.0
+	readings := make([]float64, len(l.signals))
+	for i := range l.signals {
+		s := &l.signals[i]
+		r := s.read()
+		if !finite(r) || r < 0 {
+			r = 0 // a broken signal must not take the service down
+		}
+		if !s.seen {
+			s.avg, s.seen = r, true
+		} else {
+			s.avg += l.smoothing * (r - s.avg)
+		}
+		readings[i] = s.avg
+		pressure = math.Max(pressure, s.avg)
+	}
+	level := l.ctrl.step(pressure, dt)
+	l.publish(level, pressure, readings)
+	if l.queue != nil {
+		l.queue.Notify() // the level may have fallen
+	}
+	l.mu.Lock()
+	if !l.closed {
+		l.timer = l.clock.AfterFunc(l.interval, l.tick)
+	}
+	l.mu.Unlock()
+}
+
+func (l *Layer) publish(level, pressure float64, readings []float64) {
+	level = math.Min(level, float64(l.protect)) // never a protected priority
+	headroom := 0.0
+	if level == 0 {
+		headroom = math.Min(math.Max(1-pressure, 0), 1)
+	}
+	l.snap.Store(&snapshot{pressure: pressure, signals: readings, level: level})
+	l.state.Store(uint64(encodeLevel(level)) | uint64(headroom*headroomScale)<<32)
+}
+
+// queuePressure is the queue-delay signal: the shortest wait seen since the
+// last sample against the target (CoDel's standing-queue test), or, when no
+// waiter left the queue in the interval, how full it is.
+func (l *Layer) queuePressure(target, maxLen float64) float64 {
+	min := l.queueMin.Swap(math.MaxInt64)
+	p := float64(l.queue.Len()) / maxLen
+	if min != math.MaxInt64 {
+		p = math.Max(p, float64(min)/target)
+	}
+	return p
+}
+
+func (l *Layer) recordWait(d time.Duration) {
+	n := int64(d)
+	for {
+		m := l.queueMin.Load()
+		if n >= m || l.queueMin.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// Headroom is the share of this process's capacity that is spare, 0 to 1:
+// one minus the pressure, and 0 while the layer sheds anything. Elastic
+// limits of the other layers read it (shed.Enforcement.Headroom).
+func (l *Layer) Headroom() float64 {
+	return float64(l.state.Load()>>32) / headroomScale
+}
+
+// Level returns the shed level now: how many priorities are shed, lowest
+// first, with the fraction of the marginal one (1.25: all test-mode traffic
+// and a quarter of sheddable traffic).
+func (l *Layer) Level() float64 { return float64(uint32(l.state.Load())) / levelScale }
+
+// Sheds reports whether the layer would shed a request of priority p now
+// because of its shed level (the worker budget aside). Within the marginal
+// priority the answer is drawn at random, in the shed fraction. This is the
+// request path's check: one atomic load and a comparison, plus a random
+// draw within the marginal priority.
+func (l *Layer) Sheds(p shed.Priority) bool {
+	return sheds(uint32(l.state.Load()), p)
+}
+
+func sheds(v uint32, p shed.Priority) bool {
+	if v == 0 {
+		return false
+	}
+	lo := uint32(p.Index()) * levelScale
+	if v <= lo {
+		return false
+	}
+	if v >= lo+levelScale {
+		return true
+	}
+	return rand.Uint32()%levelScale < v-lo
+}
+
+// grant is one admission counted against the worker budget. A lease holds
+// it with the generation it was granted at, and Release claims that
+// generation once, so that releasing a copy of a lease already released
+// does nothing.
+type grant struct {
+	gen   atomic.Uint64
+	owner *Layer
+}
+
+// why says what a request was over.
+type why uint8
+
+const (
+	overLevel  why = iota // shed by level, outright
+	overMargin            // shed by level, within the marginal priority's fraction
+	overBudget            // over the worker budget
+)
+
+// Acquire admits req unless the layer sheds its priority now, or the worker
+// budget is spent; then it rejects with 503 (Reason
+// "temporary-reduced-capacity", Retry-After), or, with the Queue action,
+// waits in the queue.
+func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
+	if v := uint32(l.state.Load()); v != 0 && sheds(v, req.Priority) {
+		w := overLevel
+		if lo := uint32(req.Priority.Index()) * levelScale; v < lo+levelScale {
+			w = overMargin
+		}
+		return l.over(ctx, req, w)
+	}
+	if l.enf.Mode == shed.Soft {
+		l.ep.End()
+	}
+	if l.workers == 0 {
+		return shed.NewLease(l), nil
+	}
+	cost := req.Units()
+	if !l.take(cost, req.Priority) {
+		return l.over(ctx, req, overBudget)
+	}
+	ls := l.lease(cost)
+	if l.yield {
+		runtime.Gosched()
+	}
+	return ls, nil
+}
+
+// take counts cost units in flight if they fit within the worker budget (or
+// the priority is protected).
+func (l *Layer) take(cost int64, p shed.Priority) bool {
+	if p.Index() >= l.protect {
+		l.inflight.Add(cost)
+		return true
+	}
+	return l.takeWithin(cost, l.workers)
+}
+
+func (l *Layer) takeWithin(cost, limit int64) bool {
+	for {
+		n := l.inflight.Load()
+		if n > limit-cost {
+			return false
+		}
+		if l.inflight.CompareAndSwap(n, n+cost) {
+			return true
+		}
+	}
+}
+
+// lease returns a lease for cost units already counted in flight.
+func (l *Layer) lease(cost int64) shed.Lease {
+	g := l.grants.Get().(*grant)
+	ls := shed.NewLease(l)
+	ls.Ref = g
+	ls.ID = g.gen.Load()
+	ls.Cost = cost
+	return ls
+}
+
+// over decides for a request the level or the budget refused: admitted over
+// the limit (soft), admitted in dry run, queued, or rejected.
+func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, error) {
+	var now time.Time
+	if l.enf.Mode == shed.Soft {
+		now = l.clock.Now()
+	}
+	cost := req.Units()
+	within := w == overMargin
+	if w == overBudget {
+		within = l.inflight.Load() <= l.enf.Ceiling(l.workers)-cost
+	}
+	switch l.enf.Decide(now, false, within, &l.ep) {
+	case shed.AdmitOver:
+		if l.workers == 0 {
+			ls := shed.NewLease(l)
+			ls.Over = true
+			return ls, nil
+		}
+		if l.takeWithin(cost, l.enf.Ceiling(l.workers)) {
+			ls := l.lease(cost)
+			ls.Over = true
+			return ls, nil
+		}
+		if l.enf.DryRun {
+			return l.dryRun(cost), nil
+		}
+	case shed.AdmitDryRun:
+		return l.dryRun(cost), nil
+	case shed.Wait:
+		return l.wait(ctx, req, cost)
+	}
+	return shed.Lease{}, l.rejection(req)
+}
+
+func (l *Layer) dryRun(cost int64) shed.Lease {
+	var ls shed.Lease
+	if l.workers == 0 {
+		ls = shed.NewLease(l)
+	} else {
+		l.inflight.Add(cost)
+		ls = l.lease(cost)
+	}
+	ls.DryRun = true
+	return ls
+}
+
+// rejection is the one place the layer builds its "no".
+func (l *Layer) rejection(req shed.Request) *shed.Rejection {
+	return shed.Shed(l.name, req, Reason, l.retryAfter)
+}
+
+// wait queues req until the level admits its priority and, with a budget,
+// a worker is free; highest priority first.
+func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
+	if l.queue == nil {
+		return shed.Lease{}, l.rejection(req)
+	}
+	p := req.Priority
+	take := func() bool {
+		if sheds(uint32(l.state.Load()), p) {
+			return false
+		}
+		return l.workers == 0 || l.take(cost, p)
+	}
+	giveBack := func() {
+		if l.workers > 0 {
+			l.inflight.Add(-cost)
+		}
+	}
+	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
+	l.recordWait(waited)
+	if err != nil {
+		err = shed.QueueRejection(l.name, req, http.StatusServiceUnavailable, err, waited)
+		var r *shed.Rejection
+		if errors.As(err, &r) {
+			r.RetryAfter = l.retryAfter
+		}
+		return shed.Lease{}, err
+	}
+	var ls shed.Lease
+	if l.workers == 0 {
+		ls = shed.NewLease(l)
+	} else {
+		ls = l.lease(cost)
+	}
+	ls.Waited = waited
+	return ls, nil
+}
+
+// Release gives back the worker-budget units lease holds. A lease this layer
+// did not grant, or one already released (a copy), is ignored. Callers use
+// lease.Release, which calls this.
+func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
+	g, ok := lease.Ref.(*grant)
+	if !ok || g.owner != l || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
+		return
+	}
+	l.inflight.Add(-lease.Cost)
+	l.grants.Put(g)
+	if l.queue != nil {
+		l.queue.Notify()
+	}
+}
+
+// InFlight returns the request units in flight counted against the worker
+// budget (0 without one).
+func (l *Layer) InFlight() int64 { return l.inflight.Load() }
+
+// ReportGauges reports the layer's state: each signal's smoothed
+// utilisation (by Signal), the shed level, the shed fraction of each
+// priority, the headroom, and, when they are in use, requests in flight and
+// the worker budget, and requests queued.
+func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
+	s := l.snap.Load()
+	for i := range l.signals {
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeUtilization, Signal: l.signals[i].name, Value: s.signals[i]})
+	}
+	v := uint32(l.state.Load())
+	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeShedLevel, Value: float64(v) / levelScale})
+	for _, p := range shed.Priorities() {
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeShedFraction, Priority: p, Value: shedFraction(v, p.Index())})
+	}
+	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeHeadroom, Value: l.Headroom()})
+	if l.workers > 0 {
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.inflight.Load())})
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workers)})
+	}
+	if l.queue != nil {
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.queue.Len())})
+	}
+}
