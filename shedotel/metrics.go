@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -52,34 +53,50 @@ type Config struct {
 }
 
 // Metrics records events as OpenTelemetry metrics. It implements
-// shed.ContextObserver (the context reaches the SDK, for exemplars) and is
-// safe for concurrent use.
+// shed.ContextObserver and is safe for concurrent use.
+//
+// The counters (loadshed.requests, loadshed.active_request_leases) are
+// kept in atomic counters of its own and reported to the SDK by an
+// asynchronous callback at each collection, since the SDK's synchronous
+// Add costs hundreds of ns per call; the histograms are recorded as events
+// come (the context reaches the SDK, for exemplars).
 type Metrics struct {
-	requests metric.Int64Counter
-	queue    metric.Float64Histogram
-	leases   metric.Float64Histogram
-	active   metric.Int64UpDownCounter
-	reg      metric.Registration
+	queue  metric.Float64Histogram
+	leases metric.Float64Histogram
+	regs   []metric.Registration
 
-	decisions *telemetry.Cache[telemetry.Decision, decisionSeries]
-	releases  *telemetry.Cache[telemetry.Release, releaseSeries]
+	decisions *telemetry.Cache[telemetry.Decision, *decisionSeries]
+	active    *telemetry.Cache[activeKey, *counter]
+	releases  *telemetry.Cache[telemetry.Release, *releaseSeries]
+}
+
+// counter is one series of an asynchronous counter.
+type counter struct {
+	n     atomic.Int64
+	attrs []metric.ObserveOption
+}
+
+type activeKey struct {
+	layer    string
+	priority shed.Priority
 }
 
 // The options are made once per series: building them per event would
 // allocate.
 type decisionSeries struct {
-	requests []metric.AddOption
+	requests counter
 	queue    []metric.RecordOption
-	active   []metric.AddOption
+	active   *counter // nil for rejections
 }
 
 type releaseSeries struct {
 	duration []metric.RecordOption
-	active   []metric.AddOption
+	active   *counter
 }
 
 // NewMetrics creates the instruments on cfg.MeterProvider's meter and
-// registers the callback that reads the layers' gauges.
+// registers the callbacks that report the counters and read the layers'
+// gauges.
 func NewMetrics(cfg Config) (*Metrics, error) {
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -89,9 +106,8 @@ func NewMetrics(cfg Config) (*Metrics, error) {
 	m := &Metrics{}
 	var errs []error
 	try := func(err error) { errs = append(errs, err) }
-	var err error
 	r := telemetry.Requests
-	m.requests, err = meter.Int64Counter(r.OTel, metric.WithUnit(r.Unit), metric.WithDescription(r.Help))
+	requests, err := meter.Int64ObservableCounter(r.OTel, metric.WithUnit(r.Unit), metric.WithDescription(r.Help))
 	try(err)
 	q := telemetry.TimeInQueue
 	m.queue, err = meter.Float64Histogram(q.OTel, metric.WithUnit(q.Unit), metric.WithDescription(q.Help),
@@ -102,49 +118,73 @@ func NewMetrics(cfg Config) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(telemetry.Buckets...))
 	try(err)
 	a := telemetry.ActiveLeases
-	m.active, err = meter.Int64UpDownCounter(a.OTel, metric.WithUnit(a.Unit), metric.WithDescription(a.Help))
+	active, err := meter.Int64ObservableUpDownCounter(a.OTel, metric.WithUnit(a.Unit), metric.WithDescription(a.Help))
 	try(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("shedotel: creating instruments: %w", err)
 	}
-	m.decisions = telemetry.NewCache(decisionSeriesOf)
-	m.releases = telemetry.NewCache(releaseSeriesOf)
-	if m.reg, err = registerGauges(meter, cfg.Layers); err != nil {
+	m.active = telemetry.NewCache(func(k activeKey) *counter {
+		return &counter{attrs: []metric.ObserveOption{metric.WithAttributeSet(layerPriority(k.layer, k.priority.String()))}}
+	})
+	m.decisions = telemetry.NewCache(m.decisionSeries)
+	m.releases = telemetry.NewCache(m.releaseSeries)
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		m.decisions.Range(func(_ telemetry.Decision, s *decisionSeries) bool {
+			o.ObserveInt64(requests, s.requests.n.Load(), s.requests.attrs...)
+			return true
+		})
+		m.active.Range(func(_ activeKey, c *counter) bool {
+			o.ObserveInt64(active, c.n.Load(), c.attrs...)
+			return true
+		})
+		return nil
+	}, requests, active)
+	if err != nil {
+		return nil, fmt.Errorf("shedotel: registering counters: %w", err)
+	}
+	m.regs = append(m.regs, reg)
+	if reg, err = registerGauges(meter, cfg.Layers); err != nil {
+		m.Close()
 		return nil, fmt.Errorf("shedotel: registering gauges: %w", err)
+	}
+	if reg != nil {
+		m.regs = append(m.regs, reg)
 	}
 	return m, nil
 }
 
-// Close stops reading the layers' gauges. Instruments stay with the meter.
+// Close stops reporting the counters and reading the layers' gauges.
 func (m *Metrics) Close() error {
-	if m.reg == nil {
-		return nil
+	var errs []error
+	for _, r := range m.regs {
+		errs = append(errs, r.Unregister())
 	}
-	return m.reg.Unregister()
+	m.regs = nil
+	return errors.Join(errs...)
 }
 
 // Observe records e.
 func (m *Metrics) Observe(e shed.Event) { m.ObserveContext(context.Background(), e) }
 
-// ObserveContext records e, passing ctx to the instruments.
+// ObserveContext records e, passing ctx to the histograms.
 func (m *Metrics) ObserveContext(ctx context.Context, e shed.Event) {
 	if e.Kind == shed.Released {
 		s := m.releases.Get(telemetry.ReleaseOf(e))
 		m.leases.Record(ctx, e.Latency.Seconds(), s.duration...)
-		m.active.Add(ctx, -1, s.active...)
+		s.active.n.Add(-1)
 		return
 	}
 	s := m.decisions.Get(telemetry.DecisionOf(e))
-	m.requests.Add(ctx, 1, s.requests...)
+	s.requests.n.Add(1)
 	if e.Queued {
 		m.queue.Record(ctx, e.Wait.Seconds(), s.queue...)
 	}
-	if e.Kind != shed.Rejected {
-		m.active.Add(ctx, 1, s.active...)
+	if s.active != nil {
+		s.active.n.Add(1)
 	}
 }
 
-func decisionSeriesOf(d telemetry.Decision) decisionSeries {
+func (m *Metrics) decisionSeries(d telemetry.Decision) *decisionSeries {
 	p := d.Priority.String()
 	all := attribute.NewSet(
 		attribute.String(telemetry.LabelLayer, d.Layer),
@@ -160,23 +200,23 @@ func decisionSeriesOf(d telemetry.Decision) decisionSeries {
 		attribute.String(telemetry.LabelPriority, p),
 		attribute.String(telemetry.LabelResult, d.Result.String()),
 	)
-	return decisionSeries{
-		requests: []metric.AddOption{metric.WithAttributeSet(all)},
-		queue:    []metric.RecordOption{metric.WithAttributeSet(queue)},
-		active:   []metric.AddOption{metric.WithAttributeSet(layerPriority(d.Layer, p))},
+	s := &decisionSeries{queue: []metric.RecordOption{metric.WithAttributeSet(queue)}}
+	s.requests.attrs = []metric.ObserveOption{metric.WithAttributeSet(all)}
+	if d.Result == telemetry.Admitted || d.Result == telemetry.WouldReject {
+		s.active = m.active.Get(activeKey{d.Layer, d.Priority})
 	}
+	return s
 }
 
-func releaseSeriesOf(r telemetry.Release) releaseSeries {
-	p := r.Priority.String()
+func (m *Metrics) releaseSeries(r telemetry.Release) *releaseSeries {
 	duration := attribute.NewSet(
 		attribute.String(telemetry.LabelLayer, r.Layer),
-		attribute.String(telemetry.LabelPriority, p),
+		attribute.String(telemetry.LabelPriority, r.Priority.String()),
 		attribute.String(telemetry.LabelOutcome, r.Outcome.String()),
 	)
-	return releaseSeries{
+	return &releaseSeries{
 		duration: []metric.RecordOption{metric.WithAttributeSet(duration)},
-		active:   []metric.AddOption{metric.WithAttributeSet(layerPriority(r.Layer, p))},
+		active:   m.active.Get(activeKey{r.Layer, r.Priority}),
 	}
 }
 

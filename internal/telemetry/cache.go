@@ -61,3 +61,16 @@ func (c *Cache[K, V]) miss(k K) V {
 	c.m.Store(&n)
 	return v
 }
+
+// Range calls f for every entry cached, in no order, until f returns false.
+func (c *Cache[K, V]) Range(f func(K, V) bool) {
+	m := c.m.Load()
+	if m == nil {
+		return
+	}
+	for k, v := range *m {
+		if !f(k, v) {
+			return
+		}
+	}
+}
