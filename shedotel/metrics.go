@@ -59,7 +59,9 @@ type Config struct {
 // kept in atomic counters of its own and reported to the SDK by an
 // asynchronous callback at each collection, since the SDK's synchronous
 // Add costs hundreds of ns per call; the histograms are recorded as events
-// come (the context reaches the SDK, for exemplars).
+// come (the context reaches the SDK, for exemplars). Label sets are bounded,
+// so a service keeps far fewer series than the 4096 per metric it tracks;
+// decisions of series past that are not counted.
 type Metrics struct {
 	queue  metric.Float64Histogram
 	leases metric.Float64Histogram
