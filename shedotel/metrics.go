@@ -3,7 +3,9 @@
 // decision as an event on the request's current span.
 //
 // Metrics is a shed.Observer; SpanEvents is a shed.ContextObserver. Give the
-// chain both with shed.Observers{metrics, shedotel.SpanEvents{}}.
+// chain both with shed.Observers{metrics, shedotel.SpanEvents{}}. Where a
+// trace should show each layer as a span of its own (where a request
+// waited, say), add LayerSpans.
 //
 // The instruments, under the instrumentation scope
 // "github.com/loadshed/loadshed", are named so that OpenTelemetry's

@@ -2,7 +2,9 @@ package shedotel
 
 import (
 	"context"
+	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -39,6 +41,42 @@ func (SpanEvents) ObserveContext(ctx context.Context, e shed.Event) {
 	if !span.IsRecording() {
 		return
 	}
+	span.AddEvent(DecisionEvent, trace.WithAttributes(decisionAttributes(e)...))
+}
+
+// LayerSpans records each layer's decision as a span of its own, a child of
+// the request's span, from when the layer began deciding to its answer
+// (queue waits included), with the attributes SpanEvents gives its events.
+// Ask for it when a trace should show where a request waited; SpanEvents is
+// the cheaper default. It records nothing for a request without a span.
+type LayerSpans struct {
+	tracer trace.Tracer
+}
+
+// NewLayerSpans returns LayerSpans on tp's tracer (nil: the global
+// TracerProvider), under the instrumentation scope ScopeName.
+func NewLayerSpans(tp trace.TracerProvider) LayerSpans {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return LayerSpans{tracer: tp.Tracer(ScopeName)}
+}
+
+// Observe does nothing: see SpanEvents.Observe.
+func (LayerSpans) Observe(shed.Event) {}
+
+// ObserveContext starts and ends a span for e under ctx's span.
+func (s LayerSpans) ObserveContext(ctx context.Context, e shed.Event) {
+	if e.Kind == shed.Released || s.tracer == nil || !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	end := time.Now()
+	_, span := s.tracer.Start(ctx, "loadshed "+e.Layer, trace.WithTimestamp(end.Add(-e.Latency)),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(decisionAttributes(e)...))
+	span.End(trace.WithTimestamp(end))
+}
+
+func decisionAttributes(e shed.Event) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs,
 		attribute.String("loadshed.layer", e.Layer),
@@ -59,5 +97,5 @@ func (SpanEvents) ObserveContext(ctx context.Context, e shed.Event) {
 	if e.Over {
 		attrs = append(attrs, attribute.Bool("loadshed.over", true))
 	}
-	span.AddEvent(DecisionEvent, trace.WithAttributes(attrs...))
+	return attrs
 }
