@@ -179,7 +179,7 @@ func BenchmarkRedisConcurrency(b *testing.B) {
 		{"overall", concurrency.Config{Limit: 1 << 40}},
 		{"overall+per-key", concurrency.Config{Limit: 1 << 40, PerKey: 1 << 40}},
 	} {
-		l, err := concurrency.NewRedis(concurrency.RedisConfig{Config: tc.cfg, Client: c, Prefix: uniquePrefix(b) + "c",
+		l, err := concurrency.NewRedis(c, concurrency.RedisConfig{Config: tc.cfg, Prefix: uniquePrefix(b) + "c",
 			ExpectedInstances: 1, Timeout: time.Second})
 		if err != nil {
 			b.Fatal(err)

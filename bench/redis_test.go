@@ -92,7 +92,7 @@ func TestRedisConcurrencyHoldsN(t *testing.T) {
 	c, _ := redisClient(t)
 	ctx := context.Background()
 	const n = 3
-	l, err := concurrency.NewRedis(concurrency.RedisConfig{Config: concurrency.Config{Limit: n}, Client: c,
+	l, err := concurrency.NewRedis(c, concurrency.RedisConfig{Config: concurrency.Config{Limit: n},
 		Prefix: uniquePrefix(t) + "c", ExpectedInstances: 1, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

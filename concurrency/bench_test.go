@@ -117,7 +117,7 @@ func BenchmarkRedis(b *testing.B) {
 		{"overall+per-key", Config{Limit: 1 << 40, PerKey: 1 << 40}, false},
 		{"overall/async-release", Config{Limit: 1 << 40}, true},
 	} {
-		r := mustNewRedis(b, RedisConfig{Config: tc.cfg, Client: c, Prefix: redistest.Prefix(b), ExpectedInstances: 1,
+		r := mustNewRedis(b, c, RedisConfig{Config: tc.cfg, Prefix: redistest.Prefix(b), ExpectedInstances: 1,
 			Timeout: time.Second, AsyncRelease: tc.async})
 		req := shed.Request{Key: "client-42"}
 		b.Run(tc.name+"/serial", func(b *testing.B) {

@@ -187,16 +187,4 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// share is limit ÷ n rounded up, at least 1; 0 stays 0 (no limit).
-func share(limit int64, n int) int64 {
-	if limit <= 0 {
-		return 0
-	}
-	s := (limit + int64(n) - 1) / int64(n)
-	if s < 1 {
-		s = 1
-	}
-	return s
-}
-
 const unlimited = math.MaxInt64

@@ -126,9 +126,8 @@ func ExampleNewRedis() {
 		ContextTimeoutEnabled: true, // required: Timeout is enforced through the context
 	})
 	defer client.Close()
-	l, err := concurrency.NewRedis(concurrency.RedisConfig{
+	l, err := concurrency.NewRedis(client, concurrency.RedisConfig{
 		Config:            concurrency.Config{Limit: 500, PerKey: 20},
-		Client:            client,
 		ExpectedInstances: 10,              // while Redis is down, each admits 50 overall, 2 per key
 		TTL:               5 * time.Second, // a crashed host's requests stop counting after 5s
 		Timeout:           20 * time.Millisecond,

@@ -31,9 +31,9 @@ func newClient(t testing.TB) *redis.Client {
 	return c
 }
 
-func mustNewRedis(t testing.TB, cfg RedisConfig) *RedisLimiter {
+func mustNewRedis(t testing.TB, c redis.UniversalClient, cfg RedisConfig) *RedisLimiter {
 	t.Helper()
-	r, err := NewRedis(cfg)
+	r, err := NewRedis(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +54,8 @@ func TestRedisLimitsAcrossHosts(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ca, cb := newClient(t), newClient(t)
 	cfg := RedisConfig{Config: Config{Limit: 3, PerKey: 2}, Prefix: prefix, ExpectedInstances: 2}
-	cfg.Client = ca
-	a := mustNewRedis(t, cfg)
-	cfg.Client = cb
-	b := mustNewRedis(t, cfg)
+	a := mustNewRedis(t, ca, cfg)
+	b := mustNewRedis(t, cb, cfg)
 	ctx := context.Background()
 
 	a1, err := a.Acquire(ctx, shed.Request{Key: "alice"})
@@ -110,8 +108,8 @@ func TestRedisCostAndModes(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 4, Enforcement: shed.Enforcement{DryRun: true}},
-		Client: c, Prefix: prefix + "dry", ExpectedInstances: 1})
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 4, Enforcement: shed.Enforcement{DryRun: true}},
+		Prefix: prefix + "dry", ExpectedInstances: 1})
 	big, err := r.Acquire(ctx, shed.Request{Cost: 3})
 	if err != nil || big.DryRun {
 		t.Fatal(err, big.DryRun)
@@ -130,8 +128,8 @@ func TestRedisCostAndModes(t *testing.T) {
 	}
 
 	hr := shed.HeadroomFunc(func() float64 { return 1 })
-	e := mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{Mode: shed.Elastic, Headroom: hr, Overage: 0.2}},
-		Client: c, Prefix: prefix + "elastic", ExpectedInstances: 1})
+	e := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{Mode: shed.Elastic, Headroom: hr, Overage: 0.2}},
+		Prefix: prefix + "elastic", ExpectedInstances: 1})
 	overs := 0
 	for i := 0; i < 12; i++ {
 		ls, err := e.Acquire(ctx, shed.Request{})
@@ -152,8 +150,8 @@ func TestRedisCostAndModes(t *testing.T) {
 
 func TestRedisReleaseIsIdempotent(t *testing.T) {
 	c := newClient(t)
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
-	other := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 2}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	other := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 2}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	ctx := context.Background()
 	a, _ := r.Acquire(ctx, shed.Request{})
 	b, _ := r.Acquire(ctx, shed.Request{})
@@ -179,25 +177,25 @@ func TestRedisReleaseIsIdempotent(t *testing.T) {
 
 func TestRedisKeysStayInTheirHashTag(t *testing.T) {
 	c := newClient(t)
-	perKey := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 1}, Client: c, Prefix: "p", ExpectedInstances: 1})
-	both := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 1, Limit: 5}, Client: c, Prefix: "p", ExpectedInstances: 1})
+	perKey := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1}, Prefix: "p", ExpectedInstances: 1})
+	both := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1, Limit: 5}, Prefix: "p", ExpectedInstances: 1})
 	for _, k := range []string{"plain", "a}b{c", "}{", "new\nline", "%7D", "{x}", strings.Repeat("z", 500)} {
 		key := perKey.KeyFor(shed.Request{Key: k})
-		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || !strings.HasPrefix(key, "{p:k:") || !strings.HasSuffix(key, "}") {
+		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || !strings.HasPrefix(key, "pk:{") || !strings.HasSuffix(key, "}") {
 			t.Errorf("per-key key for %q escapes its tag: %q", k, key)
 		}
-		if strings.ContainsAny(key, "\n\r") || len(key) > maxKeyLen+10 {
+		if strings.ContainsAny(key, "\n\r") || len(key) != len("pk:{}")+43 {
 			t.Errorf("key for %q: %q", k, key)
 		}
 		key = both.KeyFor(shed.Request{Key: k})
-		if !strings.HasPrefix(key, "{p}:k:") || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
-			t.Errorf("key for %q must share the overall tag {p}: %q", k, key)
+		if !strings.HasPrefix(key, "{pall}:k:") || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
+			t.Errorf("key for %q must share the overall tag {pall}: %q", k, key)
 		}
 	}
 	if perKey.KeyFor(shed.Request{Key: "a}b"}) == perKey.KeyFor(shed.Request{Key: "a%7Db"}) {
-		t.Error("escaping is not one-to-one")
+		t.Error("two keys share a set")
 	}
-	if both.OverallKey() != "{p}:all" || perKey.OverallKey() != "" {
+	if both.OverallKey() != "{pall}" || perKey.OverallKey() != "" {
 		t.Errorf("overall keys %q %q", both.OverallKey(), perKey.OverallKey())
 	}
 }
@@ -213,10 +211,9 @@ func TestRedisCrashedHostsLeaseExpires(t *testing.T) {
 	opt := redistest.Options(t)
 	opt.ContextTimeoutEnabled = true
 	dying := redis.NewClient(opt)
-	cfg.Client = dying
-	a := mustNewRedis(t, cfg)
-	cfg.Client = newClient(t)
-	b := mustNewRedis(t, cfg)
+	a := mustNewRedis(t, dying, cfg)
+	live := newClient(t)
+	b := mustNewRedis(t, live, cfg)
 	ctx := context.Background()
 	if _, err := a.Acquire(ctx, shed.Request{}); err != nil {
 		t.Fatal(err)
@@ -246,7 +243,7 @@ func TestRedisCrashedHostsLeaseExpires(t *testing.T) {
 	if waited := time.Since(start); waited < ttl-150*time.Millisecond {
 		t.Fatalf("the lease expired after %v, before its TTL of %v", waited, ttl)
 	}
-	if n := zcard(t, cfg.Client, b.OverallKey()); n != 0 {
+	if n := zcard(t, live, b.OverallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 }
@@ -262,7 +259,7 @@ func redisTimeMs(t testing.TB, c redis.UniversalClient) int64 {
 func TestRedisRenewalExtendsLeasesAndNeverResurrects(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 5, PerKey: 5, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 5, PerKey: 5, Clock: clock}, Prefix: redistest.Prefix(t),
 		TTL: 3 * time.Second, RenewEvery: time.Second, ExpectedInstances: 1})
 	ctx := context.Background()
 	ls, err := r.Acquire(ctx, shed.Request{Key: "k", Cost: 2})
@@ -308,7 +305,7 @@ func TestRedisRenewalExtendsLeasesAndNeverResurrects(t *testing.T) {
 
 func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
 	c := newClient(t)
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 1000, PerKey: 1000}, Client: c, Prefix: redistest.Prefix(t),
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 1000, PerKey: 1000}, Prefix: redistest.Prefix(t),
 		Timeout: time.Second, ExpectedInstances: 1})
 	cancelled, admitted := 0, 0
 	for i := 0; i < 300; i++ {
@@ -350,16 +347,24 @@ func TestRedisBadConfig(t *testing.T) {
 	plain := redis.NewClient(redistest.Options(t)) // ContextTimeoutEnabled off
 	defer plain.Close()
 	base := func() RedisConfig {
-		return RedisConfig{Config: Config{Limit: 1}, Client: c, ExpectedInstances: 1}
+		return RedisConfig{Config: Config{Limit: 1}, ExpectedInstances: 1}
+	}
+	var typedNil *redis.Client
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   string
+	}{{"nil client", nil, "client is nil"}, {"typed nil client", typedNil, "client is nil"}, {"no context timeouts", plain, "ContextTimeoutEnabled"}} {
+		r, err := NewRedis(tc.client, base())
+		if err == nil || r != nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewRedis = %v, %v; want an error saying %q", tc.name, r, err, tc.want)
+		}
 	}
 	cases := []struct {
 		name  string
 		edit  func(*RedisConfig)
 		field string
 	}{
-		{"nil client", func(c *RedisConfig) { c.Client = nil }, "RedisConfig.Client"},
-		{"typed nil client", func(c *RedisConfig) { var nc *redis.Client; c.Client = nc }, "RedisConfig.Client"},
-		{"no context timeouts", func(c *RedisConfig) { c.Client = plain }, "ContextTimeoutEnabled"},
 		{"zero limit", func(c *RedisConfig) { c.Limit = 0 }, "Config.Limit"},
 		{"negative limit", func(c *RedisConfig) { c.Limit = -5 }, "Config.Limit"},
 		{"ttl below renewal", func(c *RedisConfig) { c.TTL, c.RenewEvery = time.Second, 2*time.Second }, "RedisConfig.TTL"},
@@ -377,7 +382,7 @@ func TestRedisBadConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base()
 			tc.edit(&cfg)
-			r, err := NewRedis(cfg)
+			r, err := NewRedis(c, cfg)
 			if err == nil || r != nil {
 				t.Fatal("NewRedis accepted it")
 			}
@@ -469,7 +474,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	clock := shedtest.NewClock(t0)
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
 		Timeout: 30 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, TTL: time.Minute})
 	ctx := context.Background()
 
@@ -549,9 +554,9 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 2, KeyBy: ByRoute, Clock: clock,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, OverageFor: time.Minute}},
-		Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	route := shed.Request{Key: "anyone", Route: "POST /v1/charges"}
 	var held []shed.Lease
 	for i := 0; i < 3; i++ {
@@ -590,7 +595,7 @@ func TestRedisSoftModeAndRoutes(t *testing.T) {
 func TestRedisLargeCosts(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 3000}, Client: c, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 3000}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	big, err := r.Acquire(ctx, shed.Request{Cost: 2500})
 	if err != nil {
 		t.Fatal(err)
@@ -611,8 +616,7 @@ func TestRedisLargeCosts(t *testing.T) {
 		t.Fatalf("set holds %d", n)
 	}
 
-	dry := mustNewRedis(t, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{DryRun: true}}, Client: c,
-		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	dry := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 10, Enforcement: shed.Enforcement{DryRun: true}}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	ls, err := dry.Acquire(ctx, shed.Request{Cost: 1 << 40})
 	if err != nil || !ls.DryRun {
 		t.Fatalf("dry run: %v DryRun=%v", err, ls.DryRun)
@@ -630,7 +634,7 @@ func TestRedisLostLease(t *testing.T) {
 	clock := shedtest.NewClock(t0) // the renewer only ticks when told
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 2, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 2, Clock: clock}, Prefix: redistest.Prefix(t),
 		ExpectedInstances: 1, TTL: 50 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
 	ls, err := r.Acquire(ctx, shed.Request{})
 	if err != nil {
@@ -666,8 +670,8 @@ func TestRedisAsyncRelease(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	c := newClient(t)
 	ctx := context.Background()
-	r := mustNewRedis(t, RedisConfig{Config: Config{Limit: 100, Clock: clock}, Client: c, Prefix: redistest.Prefix(t),
-		ExpectedInstances: 1, AsyncRelease: true})
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 100, Clock: clock}, Prefix: redistest.Prefix(t),
+		ExpectedInstances: 1, AsyncRelease: true, Timeout: 5 * time.Second}) // no fallback on a loaded machine
 	var held []shed.Lease
 	for i := 0; i < 50; i++ {
 		ls, err := r.Acquire(ctx, shed.Request{})
@@ -691,25 +695,29 @@ func TestRedisAsyncRelease(t *testing.T) {
 	}
 }
 
-// ExpectedInstances left at zero means one instance, as in ratelimit: the
-// local share is the whole limit.
-func TestRedisExpectedInstancesDefault(t *testing.T) {
-	r, err := NewRedis(RedisConfig{Config: Config{Limit: 10, PerKey: 4, KeyBy: ByKey}, Client: newClient(t),
-		Prefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
+// ExpectedInstances left at zero counts the live instances: two instances
+// under one prefix each fall back to half the limits, rounded down.
+// ExpectedInstances set overrides the count.
+func TestRedisOutageShareFromLiveInstances(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: ByKey}, Prefix: prefix}
+	a := mustNewRedis(t, newClient(t), cfg)
+	b := mustNewRedis(t, newClient(t), cfg)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Instances() != 2 || b.Instances() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("instances counted %d and %d, want 2", a.Instances(), b.Instances())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	defer r.Close()
-	if got := r.Local().Limit(); got != 10 {
-		t.Fatalf("local share %d, want the whole limit 10", got)
+	if got := a.Local().Limit(); got != 5 {
+		t.Fatalf("local share %d of 10 over 2 instances, want 5", got)
 	}
-	r3, err := NewRedis(RedisConfig{Config: Config{Limit: 10}, Client: newClient(t),
-		Prefix: redistest.Prefix(t), ExpectedInstances: 3})
-	if err != nil {
-		t.Fatal(err)
+	r3 := mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10}, Prefix: prefix, ExpectedInstances: 3})
+	if got := r3.Local().Limit(); got != 3 {
+		t.Fatalf("local share %d of 10 over 3 instances, want 3 (rounded down)", got)
 	}
-	defer r3.Close()
-	if got := r3.Local().Limit(); got != 4 {
-		t.Fatalf("local share %d of 10 over 3 instances, want 4 (rounded up)", got)
+	if r3.Instances() != 3 {
+		t.Fatalf("ExpectedInstances 3 does not override the count: %d", r3.Instances())
 	}
 }

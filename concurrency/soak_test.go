@@ -150,11 +150,9 @@ func TestSoakRedisNeverLeaks(t *testing.T) {
 	ca, cb := newClient(t), newClient(t)
 	cfg := RedisConfig{Config: Config{Limit: 10, PerKey: 3}, Prefix: prefix, ExpectedInstances: 2,
 		Timeout: 2 * time.Second} // generous: this test is about leaks, not fallbacks
-	cfg.Client = ca
-	a := mustNewRedis(t, cfg)
-	cfg.Client = cb
+	a := mustNewRedis(t, ca, cfg)
 	cfg.AsyncRelease = true // one host releases in batches
-	b := mustNewRedis(t, cfg)
+	b := mustNewRedis(t, cb, cfg)
 	local := mustNew(t, Config{PerKey: 2})
 	chainA, err := shed.NewChain(shed.Config{Layers: []shed.Layer{local, a}})
 	if err != nil {

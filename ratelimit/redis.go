@@ -2,17 +2,15 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/loadshed/loadshed/internal/redisgate"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -20,11 +18,13 @@ import (
 const (
 	// DefaultRedisPrefix starts every key the Redis store writes.
 	DefaultRedisPrefix = "loadshed:rl:"
-	// DefaultRedisTimeout bounds each round trip to Redis.
-	DefaultRedisTimeout = 50 * time.Millisecond
+	// DefaultRedisTimeout bounds each round trip to Redis (the same for
+	// every Redis-backed layer).
+	DefaultRedisTimeout = redisx.DefaultTimeout
 	// DefaultProbeInterval is how long the store decides locally after Redis
-	// failed before it tries Redis again.
-	DefaultProbeInterval = 500 * time.Millisecond
+	// failed before it tries Redis again (the same for every Redis-backed
+	// layer).
+	DefaultProbeInterval = redisx.DefaultProbeInterval
 	// DefaultOverLimitKeys bounds the local cache of keys over their limit.
 	DefaultOverLimitKeys = 10000
 )
@@ -51,14 +51,16 @@ type RedisConfig struct {
 	// (default DefaultProbeInterval). A dead Redis thus costs one timeout per
 	// interval, not one per request.
 	ProbeInterval time.Duration
-	// ExpectedInstances is how many processes share the limit (default 1;
-	// set it to the fleet's size, or an outage lets every instance admit the
-	// whole limit).
-	// While Redis is unreachable each one enforces its share of the limit,
-	// Quantity and Burst divided by ExpectedInstances (at least 1 each).
+	// ExpectedInstances, when set, is how many processes share the limit.
+	// While Redis is unreachable each one enforces its share of the limit:
+	// Quantity and Burst divided by the instances, rounded down, so that the
+	// fleet never admits more than the limit (a share that rounds to 0
+	// refuses everything until Redis answers). Unset (0), the instances are
+	// counted: each keeps a presence in Redis, refreshed every second, and
+	// the share divides by the last count (1 before Redis ever answered).
 	ExpectedInstances int
 	// Fallback, when set, decides while Redis is unreachable instead of the
-	// in-memory limiter NewRedis builds from the share above.
+	// in-memory limiter of the share above (and no presence is kept).
 	Fallback Limiter
 	// OverLimitKeys bounds the local cache of keys Redis has found over
 	// their limit, answered without a round trip until a unit is back
@@ -117,16 +119,23 @@ type Redis struct {
 	client redis.UniversalClient
 	alg    Algorithm
 	limit  Limit
-	script *redis.Script
-	prefix string
+	script *redisx.Script
+	keys   redisx.Keys
 	algTag string
 
 	timeout   time.Duration
-	deadlines *deadlineSlots
+	deadlines *redisx.Deadlines
 	clock     shed.Clock
-	fallback  Limiter
 	onFall    func(error)
-	ownsFall  bool
+
+	// The fallback: the caller's, or the share among expected (when set)
+	// or counted instances.
+	userFall    Limiter
+	expected    int
+	presence    *redisx.Presence
+	leave       func()
+	shared      atomic.Pointer[shareFallback]
+	releaseGate func()
 
 	args staticArgs
 
@@ -134,8 +143,8 @@ type Redis struct {
 	batch *batcher
 
 	// gate keeps requests off Redis after an outage, but for one probe
-	// per ProbeInterval.
-	gate *redisgate.Gate
+	// per ProbeInterval; the layers on one client share it.
+	gate *redisx.Gate
 
 	// now, when set (by tests), replaces the server's TIME, so that step
 	// tables run at fixed instants. ttlSlack pads every PEXPIRE (ms).
@@ -152,7 +161,7 @@ var _ FallbackDecider = (*Redis)(nil)
 // *redis.ClusterClient or anything else implementing redis.UniversalClient;
 // it must have ContextTimeoutEnabled set (see RedisConfig.Timeout).
 func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg RedisConfig) (*Redis, error) {
-	if err := redisgate.CheckClient(client); err != nil {
+	if err := redisx.CheckClient(client); err != nil {
 		return nil, fmt.Errorf("ratelimit: NewRedis: %w", err)
 	}
 	if err := validateRedisLimit(alg, limit); err != nil {
@@ -161,39 +170,26 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	o := cfg.options().WithDefaults(DefaultRedisPrefix)
 	r := &Redis{
 		client:   client,
 		alg:      alg,
 		limit:    limit,
 		script:   scriptFor(alg),
-		prefix:   cfg.Prefix,
+		keys:     redisx.NewKeys(o.Prefix),
 		algTag:   algKeyTags[alg],
-		timeout:  cfg.Timeout,
+		timeout:  o.Timeout,
 		clock:    shed.ClockOr(cfg.Clock),
 		onFall:   cfg.OnFallback,
-		fallback: cfg.Fallback,
+		userFall: cfg.Fallback,
+		expected: o.ExpectedInstances,
 	}
-	if r.prefix == "" {
-		r.prefix = DefaultRedisPrefix
-	}
-	if r.timeout == 0 {
-		r.timeout = DefaultRedisTimeout
-	}
-	r.deadlines = newDeadlineSlots(r.timeout)
-	probe := cfg.ProbeInterval
-	if probe == 0 {
-		probe = DefaultProbeInterval
-	}
-	r.gate = redisgate.New(probe)
+	r.deadlines = redisx.NewDeadlines(r.timeout)
+	r.gate, r.releaseGate = redisx.SharedGate(client, cfg.Clock, o.ProbeInterval)
 	r.args = newStaticArgs(alg, limit)
 	r.setTTLSlack(1)
-	if r.fallback == nil {
-		fb, err := NewMemory(alg, shareOf(limit, cfg.ExpectedInstances), MemoryConfig{Clock: cfg.Clock})
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit: NewRedis: building the fallback limiter: %w", err)
-		}
-		r.fallback = fb
-		r.ownsFall = true
+	if r.userFall == nil && r.expected == 0 {
+		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed("instances"), 0)
 	}
 	switch n := cfg.OverLimitKeys; {
 	case n == 0:
@@ -207,20 +203,12 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	return r, nil
 }
 
+func (c RedisConfig) options() redisx.Options {
+	return redisx.Options{Prefix: c.Prefix, Timeout: c.Timeout, ProbeInterval: c.ProbeInterval, ExpectedInstances: c.ExpectedInstances}
+}
+
 func (c RedisConfig) validate() error {
-	var errs []error
-	if strings.ContainsAny(c.Prefix, "{}") {
-		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.Prefix must not contain '{' or '}' (they would move the Cluster hash tag), got %q", c.Prefix))
-	}
-	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.Timeout must not be negative, got %v", c.Timeout))
-	}
-	if c.ProbeInterval < 0 {
-		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.ProbeInterval must not be negative, got %v", c.ProbeInterval))
-	}
-	if c.ExpectedInstances < 0 {
-		errs = append(errs, fmt.Errorf("ratelimit: RedisConfig.ExpectedInstances must not be negative, got %d", c.ExpectedInstances))
-	}
+	errs := []error{c.options().Validate("ratelimit")}
 	if err := c.Batch.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -253,20 +241,6 @@ func validateRedisLimit(alg Algorithm, l Limit) error {
 		}
 	}
 	return nil
-}
-
-// shareOf is one instance's share of limit among n: Quantity and Burst
-// divided by n, at least 1 each.
-func shareOf(l Limit, n int) Limit {
-	if n <= 1 {
-		return l
-	}
-	s := l
-	s.Quantity = max(l.Quantity/int64(n), 1)
-	if l.Burst > 0 {
-		s.Burst = max(l.Burst/int64(n), 1)
-	}
-	return s
 }
 
 // Allow takes cost units for key if the limit allows it. When Redis does not
@@ -311,7 +285,7 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 	switch {
 	case ctx.Err() != nil:
 		// Cut short by the caller's own context: says nothing about Redis.
-	case redisgate.IsOutage(err):
+	case redisx.IsOutage(err):
 		r.gate.Failed(t)
 	default:
 		// It answered, if only with an error for this key.
@@ -334,7 +308,7 @@ func (r *Redis) Refund(ctx context.Context, key string, cost int64) error {
 		return nil
 	}
 	if _, err := r.roundTrip(ctx, opRefund, key, cost, cost, r.clock.Now()); err != nil {
-		return r.fallback.Refund(ctx, key, cost)
+		return r.fallbackLimiter().Refund(ctx, key, cost)
 	}
 	return nil
 }
@@ -345,13 +319,29 @@ func (r *Redis) Limit() Limit { return r.limit }
 // Algorithm returns the algorithm used.
 func (r *Redis) Algorithm() Algorithm { return r.alg }
 
-// Close releases the fallback limiter NewRedis built. It does not close the
+// Close releases the fallback limiter NewRedis built, this instance's
+// presence and its share of the client's gate. It does not close the
 // client, which the caller owns.
 func (r *Redis) Close() error {
-	if c, ok := r.fallback.(interface{ Close() error }); ok && r.ownsFall {
-		return c.Close()
+	if f := r.shared.Swap(nil); f != nil {
+		closeLimiter(f.lim)
 	}
+	if r.leave != nil {
+		r.leave()
+	}
+	r.releaseGate()
 	return nil
+}
+
+// Instances returns the instances the outage share divides by now:
+// RedisConfig.ExpectedInstances when set, else the live instances last
+// counted in Redis (1 before any count).
+func (r *Redis) Instances() int {
+	counted := 0
+	if r.presence != nil {
+		counted = r.presence.Count()
+	}
+	return redisx.Instances(r.expected, counted)
 }
 
 // setTTLSlack sets the milliseconds added to every TTL (1, or more in tests
@@ -378,7 +368,7 @@ func (r *Redis) noteOver(key string, now time.Time, rep reply) {
 // (braces, spaces, newlines, megabytes) they can neither move the tag nor
 // reach another key's state, and every Redis key has the same bounded size.
 func (r *Redis) RedisKey(key string) string {
-	return redisKey(r.prefix, r.algTag, key)
+	return r.keys.Key(r.algTag, key)
 }
 
 // algKeyTags name each algorithm in the key, so that two limiters of
@@ -389,18 +379,4 @@ var algKeyTags = [...]string{
 	FixedWindow:   "fw",
 	SlidingLog:    "log",
 	SlidingWindow: "sw",
-}
-
-func redisKey(prefix, alg, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(len(prefix) + len(alg) + 3 + 43)
-	b.WriteString(prefix)
-	b.WriteString(alg)
-	b.WriteString(":{")
-	var enc [43]byte
-	base64.RawURLEncoding.Encode(enc[:], sum[:])
-	b.Write(enc[:])
-	b.WriteByte('}')
-	return b.String()
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"strings"
 	"testing"
 	"time"
@@ -282,3 +283,5 @@ func TestRedisLimitLowered(t *testing.T) {
 		})
 	}
 }
+
+func redisKey(prefix, alg, key string) string { return redisx.NewKeys(prefix).Key(alg, key) }

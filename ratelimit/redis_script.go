@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/loadshed/loadshed/internal/redisx"
 )
 
 var (
@@ -35,13 +35,13 @@ var (
 // not have it yet, EVAL. Redis runs the whole script on every call, making
 // each local function afresh, so a script holds only the helpers it calls.
 var (
-	scriptBucket        = redis.NewScript(luaPrelude + luaState + luaBucket)
-	scriptFixedWindow   = redis.NewScript(luaPrelude + luaState + luaWindow + luaFixedWindow)
-	scriptSlidingWindow = redis.NewScript(luaPrelude + luaState + luaWindow + luaMuldiv + luaSlidingWindow)
-	scriptSlidingLog    = redis.NewScript(luaPrelude + luaSlidingLog)
+	scriptBucket        = redisx.NewScript(luaPrelude + luaState + luaBucket)
+	scriptFixedWindow   = redisx.NewScript(luaPrelude + luaState + luaWindow + luaFixedWindow)
+	scriptSlidingWindow = redisx.NewScript(luaPrelude + luaState + luaWindow + luaMuldiv + luaSlidingWindow)
+	scriptSlidingLog    = redisx.NewScript(luaPrelude + luaSlidingLog)
 )
 
-func scriptFor(alg Algorithm) *redis.Script {
+func scriptFor(alg Algorithm) *redisx.Script {
 	switch alg {
 	case FixedWindow:
 		return scriptFixedWindow
@@ -127,7 +127,7 @@ func (p reply) result(limit int64) Result {
 // call runs the algorithm's script for key under the store's timeout,
 // asking for at least want and at most takeMax units.
 func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (reply, error) {
-	ctx = r.deadlines.bound(ctx)
+	ctx = r.deadlines.Bound(ctx)
 	f := callFrames.Get().(*callFrame)
 	defer func() {
 		*f = callFrame{}

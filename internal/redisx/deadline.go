@@ -1,4 +1,4 @@
-package ratelimit
+package redisx
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// deadlineSlots bound each round trip by the store's timeout without a
+// Deadlines bound each round trip by a layer's timeout without a
 // context.WithTimeout per call, which cost four allocations (the context,
 // its timer, its Done channel) and a timer set and stopped: about half the
 // bytes a decision allocated.
@@ -19,7 +19,7 @@ import (
 // 1/16 of the timeout, share one deadline and one Done channel, closed by
 // one timer when it passes. Each call thus gets between 15/16 of the
 // timeout and the whole of it, never more.
-type deadlineSlots struct {
+type Deadlines struct {
 	timeout time.Duration
 	width   time.Duration
 
@@ -35,13 +35,14 @@ type deadlineSlot struct {
 	bg       slotCtx // context.Background() under this deadline
 }
 
-func newDeadlineSlots(timeout time.Duration) *deadlineSlots {
-	return &deadlineSlots{timeout: timeout, width: max(timeout/16, 1)}
+// NewDeadlines returns deadlines of timeout (at least 1ns).
+func NewDeadlines(timeout time.Duration) *Deadlines {
+	return &Deadlines{timeout: timeout, width: max(timeout/16, 1)}
 }
 
 // slot returns the slot open at now, opening a new one when the last is
 // older than its width.
-func (d *deadlineSlots) slot(now time.Time) *deadlineSlot {
+func (d *Deadlines) slot(now time.Time) *deadlineSlot {
 	if s := d.cur.Load(); s != nil && now.Sub(s.start) < d.width {
 		return s
 	}
@@ -60,11 +61,11 @@ func (d *deadlineSlots) slot(now time.Time) *deadlineSlot {
 	return s
 }
 
-// bound returns ctx under the store's timeout: ctx itself when it is due
+// Bound returns ctx under the's timeout: ctx itself when it is due
 // to end no later than the slot's deadline or has ended already, else a
 // slotCtx over it (no allocation for context.Background(), one small one
 // otherwise, never a timer).
-func (d *deadlineSlots) bound(ctx context.Context) context.Context {
+func (d *Deadlines) Bound(ctx context.Context) context.Context {
 	s := d.slot(time.Now())
 	if dl, ok := ctx.Deadline(); ok && !dl.After(s.deadline) {
 		return ctx

@@ -1,4 +1,4 @@
-package redisgate
+package redisx
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestGateProbesOncePerInterval(t *testing.T) {
-	g := New(100)
+	g := NewGate(100)
 	if !g.Try(0) || g.Down() {
 		t.Fatal("a new gate must let requests through")
 	}
@@ -43,7 +43,7 @@ func TestGateProbesOncePerInterval(t *testing.T) {
 }
 
 func TestGateFailedProbeStartsAnotherInterval(t *testing.T) {
-	g := New(100)
+	g := NewGate(100)
 	g.Failed(0)
 	if !g.Try(100) {
 		t.Fatal("want a probe at the end of the interval")
@@ -59,7 +59,7 @@ func TestGateFailedProbeStartsAnotherInterval(t *testing.T) {
 
 // Many requests racing at the end of an interval: exactly one probes.
 func TestGateOneProbeUnderRace(t *testing.T) {
-	g := New(int64ToDuration(1000))
+	g := NewGate(int64ToDuration(1000))
 	g.Failed(0)
 	var probes atomic.Int64
 	var wg sync.WaitGroup

@@ -1,21 +1,18 @@
-package ratelimit
+package redisx
 
 import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/loadshed/loadshed/internal/redistest"
-	"github.com/loadshed/loadshed/shed/shedtest"
 )
+
+var bg = context.Background()
 
 // Every bound context ends no later than the timeout after the call that
 // asked for it got it, and no sooner than 15/16 of it after it asked.
 func TestDeadlineSlotsBoundEveryCall(t *testing.T) {
 	const timeout = 40 * time.Millisecond
-	d := newDeadlineSlots(timeout)
+	d := NewDeadlines(timeout)
 	type ctxKey struct{}
 	values := context.WithValue(bg, ctxKey{}, "v")
 	cancellable, cancel := context.WithCancel(values)
@@ -26,7 +23,7 @@ func TestDeadlineSlotsBoundEveryCall(t *testing.T) {
 		"background": bg, "values": values, "cancellable": cancellable, "later deadline": later,
 	} {
 		before := time.Now()
-		ctx := d.bound(parent)
+		ctx := d.Bound(parent)
 		after := time.Now()
 		dl, ok := ctx.Deadline()
 		if !ok {
@@ -58,19 +55,19 @@ func TestDeadlineSlotsBoundEveryCall(t *testing.T) {
 // A caller's context due to end sooner, or ended already, is used as it
 // is; one cancelled while bound reports its cancellation.
 func TestDeadlineSlotsCallerContext(t *testing.T) {
-	d := newDeadlineSlots(time.Hour)
+	d := NewDeadlines(time.Hour)
 	sooner, cancel := context.WithTimeout(bg, time.Minute)
 	defer cancel()
-	if ctx := d.bound(sooner); ctx != sooner {
+	if ctx := d.Bound(sooner); ctx != sooner {
 		t.Error("a context ending before the timeout was wrapped")
 	}
 	gone, cancelGone := context.WithCancel(bg)
 	cancelGone()
-	if ctx := d.bound(gone); ctx != gone {
+	if ctx := d.Bound(gone); ctx != gone {
 		t.Error("a cancelled context was wrapped")
 	}
 	live, cancelLive := context.WithCancel(bg)
-	ctx := d.bound(live)
+	ctx := d.Bound(live)
 	cancelLive()
 	if ctx.Err() != context.Canceled {
 		t.Errorf("Err() = %v after the caller cancelled, want Canceled", ctx.Err())
@@ -80,7 +77,7 @@ func TestDeadlineSlotsCallerContext(t *testing.T) {
 // Calls within one slot share its deadline; the next slot opens once the
 // last is Timeout/16 old.
 func TestDeadlineSlotsShareWithinWidth(t *testing.T) {
-	d := newDeadlineSlots(time.Hour)
+	d := NewDeadlines(time.Hour)
 	s := d.slot(time.Now())
 	if d.slot(s.start.Add(d.width-1)) != s {
 		t.Error("a call within the slot's width got another slot")
@@ -94,43 +91,14 @@ func TestDeadlineSlotsShareWithinWidth(t *testing.T) {
 // Bounding a call allocates nothing for context.Background() and one small
 // object for any other caller's context: no timer, no channel.
 func TestDeadlineSlotsAllocations(t *testing.T) {
-	d := newDeadlineSlots(time.Hour)
+	d := NewDeadlines(time.Hour)
 	d.slot(time.Now())
-	if n := testing.AllocsPerRun(1000, func() { _ = d.bound(bg) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { _ = d.Bound(bg) }); n != 0 {
 		t.Errorf("bound(Background): %v allocations, want 0", n)
 	}
 	live, cancel := context.WithCancel(bg)
 	defer cancel()
-	if n := testing.AllocsPerRun(1000, func() { _ = d.bound(live) }); n > 1 {
+	if n := testing.AllocsPerRun(1000, func() { _ = d.Bound(live) }); n > 1 {
 		t.Errorf("bound(cancellable): %v allocations, want at most 1", n)
-	}
-}
-
-// A stalled Redis costs a caller with a cancellable context (as an HTTP
-// request's is) no more than the timeout: the decision comes from the
-// fallback.
-func TestRedisTimeoutBoundsCancellableCaller(t *testing.T) {
-	proxy := newStallProxy(t, redistest.Addr(t))
-	redistest.Client(t)
-	c := redis.NewClient(&redis.Options{Addr: proxy.addr(), ContextTimeoutEnabled: true})
-	defer c.Close()
-	const timeout = 60 * time.Millisecond
-	r, err := NewRedis(c, TokenBucket, PerHour(10), RedisConfig{Prefix: testPrefix(t),
-		Clock: shedtest.NewClock(contractStart), Timeout: timeout, ProbeInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	if _, fb, err := r.Decide(ctx, "k", 1); err != nil || fb {
-		t.Fatalf("healthy: fallback=%v err=%v", fb, err)
-	}
-	proxy.stall()
-	start := time.Now()
-	_, fb, err := r.Decide(ctx, "k", 1)
-	withinTimeout(t, time.Since(start), timeout)
-	if err != nil || !fb {
-		t.Fatalf("stalled: fallback=%v err=%v; want the fallback", fb, err)
 	}
 }

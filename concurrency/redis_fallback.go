@@ -1,0 +1,122 @@
+package concurrency
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/loadshed/loadshed/internal/redisx"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// localShare is the local limiter of this instance's share of the limits
+// among n instances (redisx.Share: rounded down, so the fleet never admits
+// more than a limit). A limit whose share is 0 refuses every request while
+// Redis does not answer (zeroKey, zeroAll); lim is nil when both are.
+type localShare struct {
+	n       int
+	lim     *Limiter
+	zeroKey bool
+	zeroAll bool
+}
+
+// share returns the local share for the instances now counted, building
+// it when the count moved (rare, and never during an outage: counts come
+// from Redis). Leases of an older share are released through their own
+// limiter (see releaseLocal).
+func (r *RedisLimiter) share() *localShare {
+	n := r.Instances()
+	cur := r.local.Load()
+	if cur != nil && cur.n == n {
+		return cur
+	}
+	next := r.newShare(n)
+	if !r.local.CompareAndSwap(cur, next) {
+		return r.local.Load()
+	}
+	return next
+}
+
+func (r *RedisLimiter) newShare(n int) *localShare {
+	s := &localShare{n: n}
+	lc := r.localCfg
+	lc.Limit = redisx.Share(r.limit, n)
+	lc.PerKey = redisx.Share(r.perKey, n)
+	s.zeroAll = r.limit > 0 && lc.Limit == 0
+	s.zeroKey = r.perKey > 0 && lc.PerKey == 0
+	if lc.Limit == 0 && lc.PerKey == 0 {
+		return s
+	}
+	lim, err := New(lc)
+	if err != nil {
+		// A share of a valid config is valid; never fail open.
+		s.zeroAll, s.zeroKey = r.limit > 0, r.perKey > 0
+		return s
+	}
+	s.lim = lim
+	return s
+}
+
+// acquireLocal decides from this instance's share of the limits.
+func (r *RedisLimiter) acquireLocal(ctx context.Context, req shed.Request) (shed.Lease, error) {
+	s := r.share()
+	if s.zeroKey || s.zeroAll {
+		over := allLimit
+		if s.zeroKey {
+			over = keyLimit
+		}
+		rej := r.rejection(req, over, 0)
+		rej.Fallback = true
+		return shed.Lease{}, rej
+	}
+	in, err := s.lim.Acquire(ctx, req)
+	if err != nil {
+		var rej *shed.Rejection
+		if errors.As(err, &rej) {
+			rej.Fallback = true
+		}
+		return shed.Lease{}, err
+	}
+	ls := shed.NewLease(r)
+	ls.Ref, ls.ID, ls.Cost, ls.Acquired = in.Ref, in.ID, in.Cost, in.Acquired
+	ls.Quota, ls.Waited, ls.Over, ls.DryRun = in.Quota, in.Waited, in.Over, in.DryRun
+	ls.Fallback = true
+	return ls, nil
+}
+
+// releaseLocal gives a lease of a local share back to the limiter that
+// granted it, which may be an older share's.
+func releaseLocal(lease *shed.Lease, o shed.Outcome) {
+	switch ref := lease.Ref.(type) {
+	case *slot:
+		ref.owner.Release(lease, o)
+	case *Limiter:
+		ref.Release(lease, o)
+	}
+}
+
+// keyEpisode returns the soft-mode overage episode of req's key. It lives in
+// the local share's slot for the key, so soft episodes are tracked per
+// instance; nil without a per-key limit or outside soft mode.
+func (r *RedisLimiter) keyEpisode(req shed.Request) *shed.Episode {
+	if r.enf.Mode != shed.Soft {
+		return nil
+	}
+	l := r.Local()
+	if l == nil || l.keys == nil {
+		return nil
+	}
+	return &l.keys.get(l.key(&req)).ep
+}
+
+func instanceID() (string, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", fmt.Errorf("concurrency: instance id: %w", err)
+	}
+	return hex.EncodeToString(id[:]), nil
+}
+
+func joinErrs(errs ...error) error { return errors.Join(errs...) }

@@ -1,0 +1,157 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// helperEnv, when set in a re-executed test binary, makes it an instance
+// of the fleet in a process of its own instead of running tests (see
+// runHelper).
+const helperEnv = "LOADSHED_FLEET_HELPER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(runHelper(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// runHelper is one instance in its own process. spec is
+// "addr prefix id interval units-by-priority..."; it acquires the units,
+// prints "ready", and holds them until it is killed, or Closes the layer
+// (leaving the fleet) on SIGTERM.
+func runHelper(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 4+shed.NumPriorities {
+		fmt.Fprintln(os.Stderr, "helper: bad spec", spec)
+		return 2
+	}
+	iv, _ := time.ParseDuration(f[3])
+	c := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true})
+	s, err := New(Config{Client: c, Prefix: f[1], Instance: f[2], Capacity: 100, Interval: iv,
+		Enforcement: shed.Enforcement{DryRun: true}}) // holds what it is told, whatever the others hold
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 2
+	}
+	for i, p := range shed.Priorities() {
+		n, _ := strconv.Atoi(f[4+i])
+		for j := 0; j < n; j++ {
+			if _, err := s.Acquire(context.Background(), shed.Request{Priority: p}); err != nil {
+				fmt.Fprintln(os.Stderr, "helper:", err)
+				return 2
+			}
+		}
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	fmt.Println("ready")
+	<-term
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	return 0
+}
+
+// startHelper runs an instance in a child process (this test binary,
+// re-executed) holding the given units by priority, and waits until it
+// holds them.
+func startHelper(t *testing.T, addr, prefix, id string, interval time.Duration, units [shed.NumPriorities]int) *exec.Cmd {
+	t.Helper()
+	spec := fmt.Sprintf("%s %s %s %s %d %d %d %d", addr, prefix, id, interval, units[0], units[1], units[2], units[3])
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// Under -race a process sleeps a second before it exits
+	// (atexit_sleep_ms), which would hide how fast a closing one leaves.
+	cmd.Env = append(os.Environ(), helperEnv+"="+spec, "GORACE=atexit_sleep_ms=0")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ready <- sc.Scan() && sc.Text() == "ready"
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("helper %s failed to start", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("helper %s not ready within 10s", id)
+	}
+	return cmd
+}
+
+// Instances in separate processes share one fleet: this one sees the
+// others' counts and admits only its share of what they leave; a killed
+// process's counts vanish within 3 intervals; one that closes leaves at
+// once.
+func TestRedisSeparateProcesses(t *testing.T) {
+	addr := redistest.Addr(t)
+	redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	const interval = 50 * time.Millisecond
+	crash := startHelper(t, addr, prefix, "crash", interval, [4]int{0, 25, 0, 10})
+	stop := startHelper(t, addr, prefix, "stop", interval, [4]int{0, 25, 0, 0})
+	s := newRedisShedder(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 100, Interval: interval})
+	if waitFor(2*time.Second, func() bool {
+		st := s.Stats()
+		return st.Instances == 3 && st.Fleet == [4]int64{0, 50, 0, 10}
+	}) < 0 {
+		t.Fatalf("this instance never saw the others: %+v", s.Stats())
+	}
+	// Sheddable: 60 - 50 = 10 left, a third of it (rounded down) is ours.
+	admit(t, s, shed.Sheddable, 3)
+	refused(t, s, shed.Sheddable)
+	// Critical: a third of the 40 left under the ceiling at the tick (13),
+	// less the 3 sheddable units taken since.
+	admit(t, s, shed.Critical, 10)
+	refused(t, s, shed.Critical)
+
+	start := time.Now()
+	if err := crash.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	crash.Wait()
+	d := waitFor(time.Second, func() bool { st := s.Stats(); return st.Instances == 2 && st.Fleet == [4]int64{0, 28, 0, 10} })
+	t.Logf("a killed process's counts left the totals after %v (interval %v)", time.Since(start), interval)
+	if d < 0 || time.Since(start) > 3*interval+interval/2 {
+		t.Fatalf("killed process's counts still there after %v: %+v", time.Since(start), s.Stats())
+	}
+
+	start = time.Now()
+	if err := stop.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop.Wait(); err != nil {
+		t.Fatalf("helper that closed: %v", err)
+	}
+	t.Logf("closing process exited after %v", time.Since(start))
+	if waitFor(time.Second, func() bool { return s.Stats().Instances == 1 }) < 0 || time.Since(start) > 2*interval {
+		t.Fatalf("closed process still counted after %v: %+v", time.Since(start), s.Stats())
+	}
+}
