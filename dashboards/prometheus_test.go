@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/concurrency"
+	"github.com/loadshed/loadshed/fleet"
+	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedprom"
@@ -65,32 +67,13 @@ func (c concurrencyGauges) ReportGauges(emit func(shed.Gauge)) {
 	emit(shed.Gauge{Layer: n, Name: shed.GaugeQueued, Value: float64(c.Queued())})
 }
 
-// fleetStandIn stands in for the fleet layer until it is merged: it reports
-// the fleet's gauges and its Redis store's, and sheds test-mode traffic.
-// TODO(fleet-ready): replace with the fleet layer, on a dead Redis.
-type fleetStandIn struct{}
+// fleetGauges adds the fleet layer's failed ticks (Stats.Failures) as its
+// store errors, until the layer reports them itself.
+type fleetGauges struct{ *fleet.Shedder }
 
-func (fleetStandIn) Name() string { return "fleet" }
-
-func (f fleetStandIn) Acquire(_ context.Context, req shed.Request) (shed.Lease, error) {
-	if req.Priority == shed.TestMode {
-		return shed.Lease{}, shed.Shed(f.Name(), req, "test-mode traffic over its fleet ceiling", time.Second)
-	}
-	return shed.NewLease(f), nil
-}
-
-func (fleetStandIn) Release(*shed.Lease, shed.Outcome) {}
-
-func (f fleetStandIn) ReportGauges(emit func(shed.Gauge)) {
-	n := f.Name()
-	for i, p := range shed.Priorities() {
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeUsage, Priority: p, Value: float64(3 * i)})
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeCeiling, Priority: p, Value: float64(10 * (i + 1))})
-	}
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeInstances, Value: 3})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeFallback, Value: 1})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeStoreErrors, Value: 12})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeFallbacks, Value: 1})
+func (f fleetGauges) ReportGauges(emit func(shed.Gauge)) {
+	f.Shedder.ReportGauges(emit)
+	emit(shed.Gauge{Layer: f.Name(), Name: shed.GaugeStoreErrors, Value: float64(f.Stats().Failures)})
 }
 
 // scenarioServer is a chi API behind every layer, with /metrics beside it.
@@ -146,6 +129,18 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 		Queue: shed.QueueConfig{MaxLength: 4, MaxWait: 300 * time.Millisecond}}})
 	must(t, err)
 
+	// The fleet on the real Redis: a capacity of 5, so that default work
+	// (a ceiling of 80%: 4) fits in the concurrency layer's limit, and
+	// sheddable work (60%: 3) and test-mode work (10%: none) are shed.
+	opts := redistest.Options(t)
+	opts.ContextTimeoutEnabled = true
+	live := redis.NewClient(opts)
+	t.Cleanup(func() { live.Close() })
+	usage, err := fleet.New(fleet.Config{Client: live, Prefix: redistest.Prefix(t) + ":fleet:",
+		Capacity: 5, Interval: 20 * time.Millisecond})
+	must(t, err)
+	t.Cleanup(func() { usage.Close() })
+
 	s.worker, err = worker.New(worker.Config{
 		Interval: 20 * time.Millisecond, Recovery: 500 * time.Millisecond, RiseGain: 40,
 		CPU: worker.CPUConfig{Disable: true}, SchedLatencyTarget: -1,
@@ -163,7 +158,7 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 		renamed{dry, "ratelimit-dryrun"},
 		renamed{onRedis, "ratelimit-redis"},
 		concurrencyGauges{inFlight},
-		fleetStandIn{},
+		fleetGauges{usage},
 		s.worker,
 	}
 	reg := prometheus.NewRegistry()
@@ -195,13 +190,15 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 		r.Post("/v1/charges", ok)
 		r.Get("/v1/balance", ok)
 		r.Get("/v1/reports/{id}", ok)
-		r.Get("/v1/slow", func(w http.ResponseWriter, r *http.Request) {
+		slow := func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-time.After(150 * time.Millisecond):
 			case <-r.Context().Done():
 			}
 			io.WriteString(w, "ok\n")
-		})
+		}
+		r.Get("/v1/slow", slow)
+		r.Get("/v1/reports/slow", slow)
 	})
 	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
@@ -248,7 +245,7 @@ func (s *scenarioServer) drive(t *testing.T) map[int]int {
 	seen := map[int]int{}
 	note := func(code int) { mu.Lock(); seen[code]++; mu.Unlock() }
 
-	// Admitted, at every priority; test-mode shed by the fleet stand-in.
+	// Admitted, at every priority; test-mode shed by the fleet.
 	for i := range 3 {
 		key := fmt.Sprintf("user-%d", i)
 		note(s.send(client, "POST", "/v1/charges", key, false))
@@ -280,6 +277,15 @@ func (s *scenarioServer) drive(t *testing.T) map[int]int {
 	note(s.send(impatient, "GET", "/v1/slow", "impatient", false))
 	wg.Wait()
 	slow(12, "flood")
+	wg.Wait()
+	// Fleet: sheddable work past its ceiling of 3 units in flight.
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			note(s.send(client, "GET", "/v1/reports/slow", fmt.Sprintf("reports-%d", i), false))
+		}()
+	}
 	wg.Wait()
 
 	// Worker: pressure past its target sheds sheddable traffic first.

@@ -34,10 +34,7 @@ func (c *Chain) observe(ctx context.Context, e Event) {
 	c.obs.Observe(e)
 }
 
-// Cumulative readings a layer may report through GaugeReporter: counts since
-// the layer started, which adapters export as counters. Any Gauge name that
-// ends in "_total" is read that way.
-const (
-	GaugeStoreErrors = "store_errors_total" // calls to the shared store (Redis) that failed
-	GaugeFallbacks   = "fallbacks_total"    // fallbacks to a local estimate begun (outages seen)
-)
+// GaugeStoreErrors is a cumulative reading a Redis-backed layer reports
+// through GaugeReporter: calls to its shared store that failed since it
+// started. Adapters export a Gauge whose name ends in "_total" as a counter.
+const GaugeStoreErrors = "store_errors_total"

@@ -18,7 +18,7 @@
 //	loadshed.active_request_leases    updowncounter   {request}  -> loadshed_active_request_leases
 //	loadshed.in_flight, .queued, .limit, .fallback, .usage, .ceiling, .instances, .shed_level   gauges
 //	loadshed.utilization, .shed_fraction, .headroom   gauges of unit 1 -> loadshed_..._ratio
-//	loadshed.store_errors, loadshed.fallbacks         counters         -> loadshed_..._total
+//	loadshed.store_errors                             counter          -> loadshed_store_errors_total
 //
 // Attributes are drawn from bounded sets only: layer, policy, priority,
 // result (admitted, rejected, would_reject, canceled), status, fallback, over,

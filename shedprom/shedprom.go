@@ -18,7 +18,7 @@
 //	loadshed_usage, loadshed_ceiling{layer,priority}; loadshed_instances{layer}
 //	loadshed_utilization_ratio{layer,signal}; loadshed_shed_level{layer}
 //	loadshed_shed_fraction_ratio{layer,priority}; loadshed_headroom_ratio{layer}
-//	loadshed_store_errors_total, loadshed_fallbacks_total{layer}
+//	loadshed_store_errors_total{layer}
 //
 // result is admitted, rejected, would_reject (dry run: admitted, but the
 // layer would have said no) or canceled (the caller went away while it

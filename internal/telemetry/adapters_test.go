@@ -43,7 +43,6 @@ func (l reportingLayer) ReportGauges(emit func(shed.Gauge)) {
 	emit(shed.Gauge{Layer: n, Name: shed.GaugeShedLevel, Value: 1})
 	emit(shed.Gauge{Layer: n, Name: shed.GaugeHeadroom, Value: 0.3})
 	emit(shed.Gauge{Layer: n, Name: shed.GaugeStoreErrors, Value: 7})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeFallbacks, Value: 1})
 	emit(shed.Gauge{Layer: n, Name: "custom_reading", Signal: "x", Value: 1})
 }
 

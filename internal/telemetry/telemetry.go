@@ -104,7 +104,6 @@ var Gauges = []Metric{
 	gauge(shed.GaugeShedFraction, "1", byLayerPriority, "Fraction of a priority's requests the worker layer sheds, 0 to 1."),
 	gauge(shed.GaugeHeadroom, "1", byLayer, "Spare capacity the worker layer sees, 0 to 1."),
 	gauge(shed.GaugeStoreErrors, "{error}", byLayer, "Calls to the layer's shared store (Redis) that failed."),
-	gauge(shed.GaugeFallbacks, "{fallback}", byLayer, "Fallbacks to a local estimate the layer began (outages of its shared store)."),
 }
 
 var gaugeIndex = func() map[string]int {
