@@ -9,8 +9,10 @@
 //
 // The instruments, under the instrumentation scope
 // "github.com/loadshed/loadshed", are named so that OpenTelemetry's
-// Prometheus translation gives the series the shedprom package exports, and
-// dashboards work with either:
+// Prometheus translation (go.opentelemetry.io/otel/exporters/prometheus,
+// by default or with otlptranslator.UnderscoreEscapingWithSuffixes) gives
+// the series the shedprom package exports, plus the exporter's otel_scope_*
+// labels, and dashboards work with either:
 //
 //	loadshed.requests                 counter         {request}  -> loadshed_requests_total
 //	loadshed.request.time_in_queue    histogram       s          -> loadshed_request_time_in_queue_seconds
@@ -41,8 +43,8 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// ScopeName is the instrumentation scope of the meter and of span events.
-const ScopeName = telemetry.InstrumentationScope
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/loadshed/loadshed"
 
 // Config configures Metrics.
 type Config struct {

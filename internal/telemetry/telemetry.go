@@ -12,9 +12,6 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// InstrumentationScope names the OpenTelemetry meter and tracer.
-const InstrumentationScope = "github.com/loadshed/loadshed"
-
 // Label names. The OpenTelemetry adapter uses them as attribute keys, so
 // that OTel's Prometheus translation gives the same label names.
 const (
