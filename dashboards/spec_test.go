@@ -16,8 +16,11 @@ import (
 	"strings"
 )
 
-// schemaVersion is the dashboard schema of Grafana 12.
-const schemaVersion = 41
+// schemaVersion is the newest classic dashboard schema in Grafana's source
+// (apps/dashboard/pkg/migration/schemaversion: V43). Its last migrations
+// (hideFrom overrides, formatTime transformations) touch nothing these
+// dashboards use, so older Grafanas read them as they are.
+const schemaVersion = 43
 
 type board struct {
 	file, uid, title, description string
