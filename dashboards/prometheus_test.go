@@ -385,6 +385,19 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		scraped[s.Metric["__name__"]] = true
 	}
 
+	// What Prometheus scraped agrees with what the clients got: every 429
+	// and 503 is one rejection counted.
+	for _, code := range []int{429, 503} {
+		res, err := promQuery(base, fmt.Sprintf(`sum(loadshed_requests_total{instance=%q,result="rejected",status="%d"})`, instance, code))
+		must(t, err)
+		var v struct {
+			Value [2]any `json:"value"`
+		}
+		if len(res) != 1 || json.Unmarshal(res[0], &v) != nil || v.Value[1] != fmt.Sprint(seen[code]) {
+			t.Errorf("rejections with status %d in Prometheus: %s; the clients got %d", code, res, seen[code])
+		}
+	}
+
 	evaluated, withData := 0, 0
 	for _, b := range boards {
 		vars := strings.NewReplacer(
