@@ -88,7 +88,10 @@ func ExampleSpanEvents() {
 	for _, e := range spans.Ended()[0].Events() {
 		fmt.Print(e.Name)
 		for _, a := range e.Attributes {
-			fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+			switch a.Key {
+			case "loadshed.layer", "loadshed.priority", "loadshed.result":
+				fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+			}
 		}
 		fmt.Println()
 	}

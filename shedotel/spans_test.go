@@ -17,7 +17,7 @@ func TestSpans(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	first, second := shedtest.NewLayer("first"), shedtest.NewLayer("second")
-	second.Reject(shed.Shed("second", shed.Request{}, "busy", time.Second))
+	second.Reject(&shed.Rejection{Status: 503, Reason: "busy", RetryAfter: time.Second})
 	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{first, second},
 		Observer: shed.Observers{shedotel.SpanEvents{}, shedotel.NewLayerSpans(tp)}})
 	if err != nil {

@@ -38,7 +38,7 @@ func TestGaugesAreReadAtScrape(t *testing.T) {
 	r.readings = []shed.Gauge{
 		{Layer: "pool", Name: shed.GaugeInFlight, Value: 5},
 		{Layer: "pool", Name: shed.GaugeInFlight, Value: 7},
-		{Layer: "pool", Name: "warm_connections", Value: 3},
+		{Layer: "pool", Name: "warm_connections", Priority: shed.Critical, Value: 3},
 		{Layer: "pool", Name: "late_reading", Value: 1},
 		{Layer: "pool", Name: "Bad-Name", Value: 1},
 		{Layer: "pool", Name: shed.GaugeStoreErrors, Value: 4},
@@ -52,7 +52,7 @@ loadshed_in_flight{layer="pool"} 7
 loadshed_store_errors_total{layer="pool"} 4
 # HELP loadshed_warm_connections A reading the layer reports as "warm_connections".
 # TYPE loadshed_warm_connections gauge
-loadshed_warm_connections{layer="pool",priority="default",signal=""} 3
+loadshed_warm_connections{layer="pool",priority="critical",signal=""} 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -154,7 +154,9 @@ func (m Metric) LabelValues(g shed.Gauge) []string {
 		case LabelLayer:
 			vs[i] = g.Layer
 		case LabelPriority:
-			vs[i] = g.Priority.String()
+			if g.Priority.Valid() {
+				vs[i] = g.Priority.String()
+			}
 		case LabelSignal:
 			vs[i] = g.Signal
 		}
