@@ -139,6 +139,15 @@ func (l *Layer) Queued() int {
 	return l.queue.Len()
 }
 
+// ReportGauges reports the units in flight, the overall limit (0 without
+// one; it moves when adaptive) and the requests queued, for metrics
+// adapters (shed.GaugeReporter).
+func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
+	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.InFlight())})
+	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.Limit())})
+	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.Queued())})
+}
+
 // Keys returns how many per-key counters are held, idle ones not yet swept
 // included.
 func (l *Layer) Keys() int {

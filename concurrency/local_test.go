@@ -465,3 +465,28 @@ func itoa(i int) string {
 		}
 	}
 }
+
+func TestLocalReportsGauges(t *testing.T) {
+	l, err := New(Config{Name: "in-flight", Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := l.Acquire(context.Background(), shed.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(shed.Completed)
+	got := map[string]float64{}
+	l.ReportGauges(func(g shed.Gauge) {
+		if g.Layer != "in-flight" {
+			t.Errorf("gauge %s from layer %q", g.Name, g.Layer)
+		}
+		got[g.Name] = g.Value
+	})
+	want := map[string]float64{shed.GaugeInFlight: 1, shed.GaugeLimit: 3, shed.GaugeQueued: 0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}

@@ -3,6 +3,8 @@
 # packages when it is missing, starts it on a free loopback port, runs
 # gofmt, go vet and `go test -race` over the library and the bench module
 # with the server's address in LOADSHED_REDIS_ADDR, and stops the server.
+# The same for Prometheus (scripts/prometheus.sh), which the dashboards'
+# test (./dashboards) needs; it is started only when that package runs.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh ./ratelimit/... # only these packages (library module)
@@ -12,6 +14,14 @@ cd "$(dirname "$0")/.."
 . scripts/redis.sh
 redis_start test.sh
 export LOADSHED_REQUIRE_REDIS=1
+
+case " $* " in
+  "  " | *dashboards* | *" ./... "*)
+    . scripts/prometheus.sh
+    prometheus_start test.sh
+    export LOADSHED_REQUIRE_PROMETHEUS=1
+    ;;
+esac
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

@@ -30,6 +30,7 @@ type Chain struct {
 	layers []Layer
 	names  []string
 	obs    Observer
+	ctxObs ContextObserver // obs, when it wants the request's context
 	clock  Clock
 }
 
@@ -43,6 +44,7 @@ func NewChain(cfg Config) (*Chain, error) {
 	}
 	c := &Chain{layers: make([]Layer, len(cfg.Layers)), names: make([]string, len(cfg.Layers)),
 		obs: cfg.Observer, clock: ClockOr(cfg.Clock)}
+	c.ctxObs, _ = cfg.Observer.(ContextObserver)
 	for i, l := range cfg.Layers {
 		if l == nil {
 			return nil, fmt.Errorf("shed: Config.Layers[%d] is nil", i)
@@ -62,10 +64,11 @@ func (c *Chain) Len() int { return len(c.layers) }
 // Grant holds the leases one admitted request took from the chain's layers.
 // Its zero value holds nothing. Release it exactly once, when the work ends.
 type Grant struct {
-	chain  *Chain
-	req    Request
-	n      int
-	leases [MaxLayers]Lease
+	chain   *Chain
+	req     Request
+	n       int
+	granted time.Time // when the last lease was granted, for Released events
+	leases  [MaxLayers]Lease
 }
 
 // Leases returns the leases held, in layer order.
@@ -77,13 +80,17 @@ func (g *Grant) Request() Request { return g.req }
 // Release gives back every lease, the last layer's first. Only the first
 // call has an effect.
 func (g *Grant) Release(o Outcome) {
+	var held time.Duration
+	if c := g.chain; c != nil && c.obs != nil && g.n > 0 {
+		held = c.clock.Now().Sub(g.granted)
+	}
 	for i := g.n - 1; i >= 0; i-- {
-		g.release(i, o)
+		g.release(i, o, held)
 	}
 	g.n = 0
 }
 
-func (g *Grant) release(i int, o Outcome) {
+func (g *Grant) release(i int, o Outcome, held time.Duration) {
 	l := &g.leases[i]
 	if !l.Held() {
 		return
@@ -91,7 +98,7 @@ func (g *Grant) release(i int, o Outcome) {
 	l.Release(o)
 	if c := g.chain; c != nil && c.obs != nil {
 		c.obs.Observe(Event{Layer: c.names[i], Priority: g.req.Priority, Kind: Released, Outcome: o,
-			Policy: l.Quota.Policy, Route: g.req.Route})
+			Policy: l.Quota.Policy, Route: g.req.Route, Latency: held})
 	}
 }
 
@@ -147,7 +154,7 @@ func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
 			returned = true
 			rej := stamp(err, c.names[i], req.Priority)
 			if c.obs != nil {
-				c.obs.Observe(rejectedEvent(c.names[i], &req, rej, end.Sub(start)))
+				c.observe(ctx, rejectedEvent(c.names[i], &req, rej, end.Sub(start)))
 			}
 			g.Release(Unused)
 			return err
@@ -155,7 +162,8 @@ func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
 		g.leases[i] = lease
 		g.n = i + 1
 		if c.obs != nil {
-			c.obs.Observe(admittedEvent(c.names[i], &req, &g.leases[i], end.Sub(start)))
+			g.granted = end
+			c.observe(ctx, admittedEvent(c.names[i], &req, &g.leases[i], end.Sub(start)))
 		}
 		start = end
 	}

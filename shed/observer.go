@@ -49,7 +49,8 @@ type Event struct {
 	// Fallback is set when the layer decided from a local estimate because
 	// its shared store did not answer.
 	Fallback bool
-	// Latency is how long the layer took to decide (including any wait).
+	// Latency is how long the layer took to decide (including any wait);
+	// for Released, how long the chain held the request's leases.
 	Latency time.Duration
 	// Status is the rejection's HTTP status, for Rejected.
 	Status int

@@ -10,7 +10,8 @@
 //	go run ./examples/demo -selftest    # starts on a free port, asks itself, prints what it got, exits
 //
 // It prints a curl line to try. Every decision is logged on stdout with the
-// request's priority.
+// request's priority, and counted in Prometheus metrics served on /metrics
+// (never rate limited or shed itself).
 package main
 
 import (
@@ -29,10 +30,13 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedprom"
 	"github.com/loadshed/loadshed/shedhttp"
 )
 
@@ -148,9 +152,15 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		return nil, err
 	}
 
-	var obs shed.Observer
+	reg := prometheus.NewRegistry()
+	metrics, err := shedprom.New(shedprom.Config{Registerer: reg, Layers: []shed.Layer{limits, inFlight}})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	obs := shed.Observers{metrics}
 	if logDecisions {
-		obs = shed.ObserverFunc(func(e shed.Event) {
+		obs = append(obs, shed.ObserverFunc(func(e shed.Event) {
 			if e.Kind == shed.Released {
 				return
 			}
@@ -159,7 +169,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 				line += fmt.Sprintf(" status=%d", e.Status)
 			}
 			fmt.Fprintln(stdout, line)
-		})
+		}))
 	}
 	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{limits, inFlight}, Observer: obs})
 	if err != nil {
@@ -175,6 +185,8 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 			"/v1/reports/*":    shed.Sheddable,
 		},
 		LegacyHeaders: true,
+		// The metrics endpoint is never counted or shed.
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/metrics" },
 	})
 	if err != nil {
 		closeAll()
@@ -189,6 +201,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 			next.ServeHTTP(w, r)
 		})
 	})
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Post("/v1/charges", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"id":"ch_1","status":"succeeded"}`+"\n")
@@ -247,6 +260,20 @@ func selfTest(base string, out io.Writer) int {
 			got429 = true
 		case s.path == "/v1/charges" && resp.StatusCode == http.StatusCreated:
 			chargeOK = true
+		}
+	}
+	// The metrics the decisions above were counted in.
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		fmt.Fprintln(out, "selftest:", err)
+		return 1
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	fmt.Fprintf(out, "GET /metrics -> %s\n", resp.Status)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "loadshed_requests_total{") && strings.Contains(line, `result="rejected"`) {
+			fmt.Fprintf(out, "  %s\n", line)
 		}
 	}
 	if !got429 || !chargeOK {

@@ -22,6 +22,8 @@ func TestSelfTest(t *testing.T) {
 		"violated-policies",
 		"POST /v1/charges -> 201 Created",
 		`"in-flight-per-key";q=8;qu="concurrent-requests"`, // the concurrency layer's policy
+		"GET /metrics -> 200 OK",
+		`priority="sheddable",result="rejected",status="429"} 1`, // loadshed_requests_total
 		"selftest: ok",
 	} {
 		if !strings.Contains(s, want) {
