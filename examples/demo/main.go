@@ -36,8 +36,8 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
-	"github.com/loadshed/loadshed/shedprom"
 	"github.com/loadshed/loadshed/shedhttp"
+	"github.com/loadshed/loadshed/shedprom"
 )
 
 func main() {
