@@ -29,7 +29,8 @@ type LayerSettings struct {
 	PerKeyInFlight int64
 	// QueueWait is the longest a request waits for an in-flight slot,
 	// highest priority first (default 500ms: half the demonstration's
-	// client timeout, so that a critical request waits rather than fails).
+	// client timeout, so that a critical request waits rather than fails;
+	// negative: no queue, a 503 at once over the cap).
 	QueueWait time.Duration
 	// QueueLength bounds the requests waiting for a slot (default 64).
 	QueueLength int
@@ -167,14 +168,18 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	}
 	s.closers = append(s.closers, rate.Close)
 
+	capEnf := shed.Enforcement{
+		Action: shed.Queue,
+		Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
+	}
+	if ls.QueueWait < 0 {
+		capEnf = shed.Enforcement{} // no queue: over the cap is a 503 at once
+	}
 	inFlight, err := concurrency.New(concurrency.Config{
-		Limit:  ls.InFlight,
-		PerKey: ls.PerKeyInFlight,
-		KeyBy:  concurrency.KeyByClient,
-		Enforcement: shed.Enforcement{
-			Action: shed.Queue,
-			Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
-		},
+		Limit:       ls.InFlight,
+		PerKey:      ls.PerKeyInFlight,
+		KeyBy:       concurrency.KeyByClient,
+		Enforcement: capEnf,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: in-flight cap: %w", err)
