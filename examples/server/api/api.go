@@ -6,6 +6,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -86,6 +88,10 @@ type Config struct {
 	// FleetPrefix starts the fleet layer's Redis keys; instances sharing
 	// capacity share it (default: the fleet layer's).
 	FleetPrefix string
+	// ConfigFile, with Loadshed, takes the layers from this file (see
+	// package config) instead of Layers, and follows its changes: Watch
+	// reloads it. Redis, Instance and FleetPrefix then come from the file.
+	ConfigFile string
 }
 
 // Service is the example API with its protection.
@@ -95,6 +101,7 @@ type Service struct {
 	gauges  []shed.GaugeReporter
 	closers []func() error
 	burner  burner
+	live    *config.Live // with Config.ConfigFile
 }
 
 // New builds the service.
@@ -110,7 +117,11 @@ func New(cfg Config) (*Service, error) {
 	case BlindLimit:
 		protect, err = s.blindLimit(cfg.GlobalRate)
 	case Loadshed:
-		protect, err = s.loadshed(cfg)
+		if cfg.ConfigFile != "" {
+			protect, err = s.fromFile(cfg.ConfigFile)
+		} else {
+			protect, err = s.loadshed(cfg)
+		}
 	default:
 		_, err = ParseProtection(string(cfg.Protection))
 	}
@@ -135,6 +146,29 @@ func New(cfg Config) (*Service, error) {
 	})
 	s.handler = r
 	return s, nil
+}
+
+// fromFile puts the layers of a configuration file in front of the
+// handlers. The example's own reading of requests (the client from
+// X-API-Key, test-mode from its header) is the base the file's http section
+// refines.
+func (s *Service) fromFile(path string) (func(http.Handler) http.Handler, error) {
+	live, err := config.Open(path, config.Options{HTTP: httpConfig()})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s.live = live
+	s.closers = append(s.closers, live.Close)
+	return live.Middleware(), nil
+}
+
+// Watch follows the configuration file's changes (and SIGHUP) until ctx
+// ends; without Config.ConfigFile it returns at once.
+func (s *Service) Watch(ctx context.Context) error {
+	if s.live == nil {
+		return nil
+	}
+	return s.live.Watch(ctx)
 }
 
 // Handler serves the API.

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -133,5 +136,46 @@ func TestFleetLayerWithRedis(t *testing.T) {
 	}
 	if n := svc.Stats().Count(shed.Critical, OK); n != 1 {
 		t.Errorf("critical ok: %d, want 1", n)
+	}
+}
+
+func TestLayersFromAConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "loadshed.yaml")
+	write := func(perMinute int) {
+		t.Helper()
+		yaml := fmt.Sprintf(`layers:
+  - ratelimit:
+      descriptors:
+        - key: key
+          name: per-key-%d
+          rate_limit: {unit: minute, requests_per_unit: %d}
+`, perMinute, perMinute)
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(2)
+	svc, srv := serve(t, Config{Protection: Loadshed, ConfigFile: path})
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		if status, _ := do(t, srv, http.MethodGet, "/v1/charges?work=0s"); status != want {
+			t.Fatalf("request %d under 2 a minute: %d, want %d", i+1, status, want)
+		}
+	}
+	write(5)
+	if err := svc.live.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := do(t, srv, http.MethodGet, "/v1/charges?work=0s"); status != http.StatusOK {
+		t.Fatalf("after the reload to 5 a minute: %d, want 200", status)
+	}
+	if _, err := New(Config{Protection: Loadshed, ConfigFile: filepath.Join(t.TempDir(), "missing.yaml")}); err == nil {
+		t.Error("a missing configuration file: no error")
+	}
+}
+
+func TestTheExampleConfigFileServes(t *testing.T) {
+	_, srv := serve(t, Config{Protection: Loadshed, ConfigFile: "../loadshed.yaml"})
+	if status, _ := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusCreated {
+		t.Fatalf("POST /v1/charges behind examples/server/loadshed.yaml: %d, want 201", status)
 	}
 }

@@ -34,6 +34,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
 	fleetPrefix := fs.String("fleet-prefix", "", "start of the fleet layer's Redis keys; instances sharing capacity share it (default: the fleet layer's)")
 	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 10)")
+	configFile := fs.String("config", "", "loadshed's layers from this file (e.g. examples/server/loadshed.yaml), reloaded when it changes or on SIGHUP; replaces the layer flags")
 	quiet := fs.Bool("quiet", false, "no per-second log line")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,6 +51,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Redis:       *redisAddr,
 		Instance:    *instance,
 		FleetPrefix: *fleetPrefix,
+		ConfigFile:  *configFile,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "server:", err)
@@ -75,6 +77,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	go func() {
+		if err := svc.Watch(ctx); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(stderr, "server: watching the configuration:", err)
+		}
+	}()
 	select {
 	case err := <-served:
 		if !errors.Is(err, http.ErrServerClosed) {
