@@ -6,16 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
 )
-
-// paddedInt64 keeps a hot counter on a cache line of its own, so that the
-// fields read beside it on every request do not bounce between cores.
-type paddedInt64 struct {
-	_ [64]byte
-	atomic.Int64
-	_ [56]byte
-}
 
 // Layer limits requests in flight in this process: overall, per key, or
 // both. It implements shed.Layer and shed.Releaser; acquire and release take
@@ -37,8 +30,8 @@ type Layer struct {
 	// released; a guard holds the grant's per-key slot (nil without one).
 	guards shed.GuardPool[*slot]
 
-	limit    paddedInt64 // the overall limit; moves when adaptive
-	inflight paddedInt64 // units in flight overall, when hasAll
+	limit    cacheline.Int64 // the overall limit; moves when adaptive
+	inflight cacheline.Int64 // units in flight overall, when hasAll
 	ep       shed.Episode
 }
 

@@ -10,15 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
 )
-
-// paddedInt64 keeps a hot counter on a cache line of its own.
-type paddedInt64 struct {
-	_ [64]byte
-	atomic.Int64
-	_ [56]byte
-}
 
 // Layer is the worker-utilization load shedder. It implements shed.Layer,
 // shed.Releaser, shed.Headroom and shed.GaugeReporter, and is safe for
@@ -41,7 +35,7 @@ type Layer struct {
 	budget     Budget
 	grants     sync.Pool // *grant
 
-	inflight paddedInt64
+	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
 	// (Config.Yield), which a request of higher priority may displace.
 	startMu  sync.Mutex
