@@ -51,8 +51,10 @@ func (p *part) release() error {
 // layers' renewers. Release every lease of its chain first.
 func (b *Built) Close() error {
 	var errs []error
-	for _, p := range b.parts {
-		if err := p.release(); err != nil {
+	// Last made, first released: a layer goes before the Redis client it
+	// uses, so that the fleet layer can still leave the fleet.
+	for i := len(b.parts) - 1; i >= 0; i-- {
+		if err := b.parts[i].release(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -65,6 +65,28 @@ func TestRedisStoresAreShared(t *testing.T) {
 	}
 }
 
+// TestCloseLeavesTheFleet closes a build whose fleet layer uses the file's
+// Redis client: the layers close before the client, so the fleet layer can
+// still leave the fleet.
+func TestCloseLeavesTheFleet(t *testing.T) {
+	redistest.Client(t)
+	b := mustBuild(t, fmt.Sprintf(`
+redis:
+  addr: %s
+  timeout: 500ms
+layers:
+  - fleet:
+      capacity: 10
+      prefix: "%sfleet:"
+`, redistest.Addr(t), redistest.Prefix(t)), Options{})
+	if err := b.Chain.Do(context.Background(), shed.Request{Key: "alice"}, ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("closing a build with a fleet layer: %v", err)
+	}
+}
+
 func TestReloadKeepsTheRedisClient(t *testing.T) {
 	redistest.Client(t)
 	prefix := redistest.Prefix(t)
