@@ -100,12 +100,20 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 			return r.failed(ctx, req, e, err)
 		}
 		if res[0] == 1 {
+			// The script found the first limit the request is over; if it
+			// is over the other one too, that limit's episode must allow
+			// the overage as well (an episode that ended holds its limit
+			// hard whichever limit was found first).
+			if other, count, otherEp := r.alsoOver(req, keys, res, over); other != none &&
+				r.enf.DecideOver(now, true, ep, otherEp) != shed.AdmitOver {
+				r.forget(e) // the script added the lease: queue its removal
+				return shed.Lease{}, r.rejection(req, other, count)
+			}
 			ls := r.lease(e, res)
-			ls.Over, ls.DryRun = v == shed.AdmitOver, v == shed.AdmitDryRun
+			ls.Over = true
 			return ls, nil
 		}
 		over, n = r.which(keys, int(res[1])-1), res[2]
-
 	}
 	return shed.Lease{}, r.rejection(req, over, n)
 }
@@ -199,4 +207,27 @@ func (r *RedisLayer) dryRunLease(cost int64) shed.Lease {
 	ls := shed.NewLease(r)
 	ls.Cost, ls.DryRun = cost, true
 	return ls
+}
+
+// alsoOver reports the limit other than first that an admission over first
+// went over too (counts as the acquire script returns them after adding),
+// with its count and its soft episode; none when there is no such limit.
+func (r *RedisLayer) alsoOver(req shed.Request, keys []string, counts []int64, first which) (which, int64, *shed.Episode) {
+	for i := range keys {
+		if i+1 >= len(counts) {
+			break
+		}
+		w := r.which(keys, i)
+		if w == first {
+			continue
+		}
+		bound, ep := r.limit, &r.epAll
+		if w == keyLimit {
+			bound, ep = r.perKey, r.keyEpisode(req)
+		}
+		if counts[i+1] > bound {
+			return w, counts[i+1], ep
+		}
+	}
+	return none, 0, nil
 }

@@ -741,3 +741,47 @@ func TestRedisOutageShareFromLiveInstances(t *testing.T) {
 		t.Fatalf("ExpectedInstances 3 does not override the count: %d", r3.Instances())
 	}
 }
+
+// TestRedisSoftModeHoldsEveryLimitToItsEpisode: on Redis too, a request over
+// both the per-key and the overall limit gets the overage only if both
+// episodes allow it, whichever limit the acquire script finds first.
+func TestRedisSoftModeHoldsEveryLimitToItsEpisode(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	r := mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10, PerKey: 5, KeyBy: KeyByClient, Clock: clock,
+		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second}},
+		Prefix: redistest.Prefix(t), ExpectedInstances: 1})
+	ctx := context.Background()
+	var held []shed.Lease
+	defer func() {
+		for i := range held {
+			held[i].Release(shed.Completed)
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		ls, err := r.Acquire(ctx, shed.Request{Key: []string{"a", "b"}[i%2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	// The overall limit's episode begins; it ends 30s later.
+	extra, err := r.Acquire(ctx, shed.Request{Key: "c"})
+	if err != nil || !extra.Over {
+		t.Fatalf("overall overage: %v over=%v", err, extra.Over)
+	}
+	extra.Release(shed.Completed)
+	clock.Advance(31 * time.Second)
+	if _, err := r.Acquire(ctx, shed.Request{Key: "d"}); err == nil {
+		t.Fatal("a fresh key admitted over the overall limit 31s into its episode")
+	}
+	// Key a is at its own limit (5) and the layer at its overall one: the
+	// script finds the per-key limit first, whose episode is fresh; the
+	// overall one is spent.
+	if ls, err := r.Acquire(ctx, shed.Request{Key: "a"}); err == nil {
+		held = append(held, ls)
+		t.Fatalf("admitted over the overall limit past its episode (over=%v), in flight %d", ls.Over, r.InFlight())
+	}
+	if n := r.InFlight(); n != 10 {
+		t.Fatalf("in flight %d, want 10", n)
+	}
+}
