@@ -32,6 +32,9 @@ func TestConformance(t *testing.T) {
 		NewQueued: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
 			return build(t, clock, shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}})
 		},
+		NewSoft: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+			return build(t, clock, shed.Enforcement{Mode: shed.Soft, OverageFor: shedtest.SoftOverageFor})
+		},
 		Capacity: 10,
 		Status:   shed.StatusServiceUnavailable,
 	})

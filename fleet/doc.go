@@ -109,8 +109,11 @@
 // # Modes
 //
 // Config.Enforcement sets the mode (hard; soft: above a ceiling by its
-// overage for a bounded time; elastic: above it while shed.Headroom says
-// the process has room), dry run (count and decide, never refuse) and the
+// overage for at most OverageFor, then no new overage until the ceiling
+// has gone unexceeded for OverageCooldown, as shed.Episode says; elastic:
+// above it while shed.Headroom says the process has room), dry run (decide
+// and record, never refuse; an admission over the ceiling counts nothing
+// in flight, as a refusal would not) and the
 // action on "over" (reject, or queue in a shed.WaitQueue that releases and
 // ticks wake).
 //

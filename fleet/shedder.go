@@ -169,9 +169,9 @@ func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	v := s.view.Load()
 	s.local.n[i].Add(cost)
 	if s.check(i, &v.allow) {
-		if s.enf.Mode == shed.Soft {
-			s.ep[i].End()
-		}
+		// Admissions within the ceiling leave the soft episode alone (see
+		// shed.Episode), so that soft mode stays bounded in time under
+		// sustained overload.
 		s.lease(&ls, v, i, cost)
 		return ls, nil
 	}
@@ -211,10 +211,18 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 		within = s.check(i, &v.allowOver)
 	}
 	switch verdict := s.enf.Decide(now, false, within, &s.ep[i]); verdict {
-	case shed.AdmitOver, shed.AdmitDryRun:
+	case shed.AdmitOver:
 		s.lease(&ls, v, i, cost)
-		ls.Over = verdict == shed.AdmitOver
-		ls.DryRun = verdict == shed.AdmitDryRun
+		ls.Over = true
+		return ls, nil
+	case shed.AdmitDryRun:
+		// A dry-run admission over the ceiling counts nothing in flight,
+		// as a rejection would not: its lease holds nothing.
+		s.local.n[i].Add(-cost)
+		s.notify()
+		ls = shed.NewLease(s)
+		ls.Cost, ls.DryRun, ls.Fallback = cost, true, v.fallback
+		ls.Quota = s.quota(i, v)
 		return ls, nil
 	case shed.Wait:
 		s.local.n[i].Add(-cost)
