@@ -102,16 +102,3 @@ func nameSafe(s string) string {
 	}
 	return strings.TrimRight(b.String(), "-")
 }
-
-func validRuleName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}

@@ -238,7 +238,7 @@ func (c *checker) enforcement(e *Enforcement, path string) {
 
 func (c *checker) rateLimit(r *RateLimit, path string) (enforcing, shadow int) {
 	c.enforcement(&r.Enforcement, path)
-	if r.Name != "" && !validRuleName(r.Name) {
+	if r.Name != "" && !ratelimit.ValidName(r.Name) {
 		c.errorf(path+".name", nil, "%q must be 1 to 64 letters, digits, '-', '_' or '.'", r.Name)
 	}
 	c.nonNegative(path+".max_keys", int64(r.MaxKeys))
@@ -254,7 +254,7 @@ func (c *checker) rateLimit(r *RateLimit, path string) (enforcing, shadow int) {
 		} else {
 			enforcing++
 		}
-		if !validRuleName(ru.name) {
+		if !ratelimit.ValidName(ru.name) {
 			c.errorf(ru.path+".name", nil, "%q must be 1 to 64 letters, digits, '-', '_' or '.'", ru.name)
 		}
 		if first, dup := names[ru.name]; dup {

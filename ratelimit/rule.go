@@ -110,7 +110,11 @@ type compiledRule struct {
 	ownStore *Memory
 }
 
-func validName(s string) bool {
+// ValidName reports whether s may name a Rule (or a layer): 1 to 64
+// letters, digits, '-', '_' or '.', so that it can label metrics and stand
+// in a RateLimit-Policy field as it is. Configuration front ends check
+// names with it before building.
+func ValidName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}
@@ -126,7 +130,7 @@ func validName(s string) bool {
 func compileRule(i int, r Rule) (*compiledRule, error) {
 	field := "LayerConfig.Rules[" + strconv.Itoa(i) + "]"
 	var errs []error
-	if !validName(r.Name) {
+	if !ValidName(r.Name) {
 		errs = append(errs, fmt.Errorf("ratelimit: %s.Name %q must be 1 to 64 letters, digits, '-', '_' or '.'", field, r.Name))
 	}
 	if r.Store == nil {
