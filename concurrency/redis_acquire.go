@@ -80,10 +80,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	// it allows.
 	over := r.which(keys, int(res[1])-1)
 	n := res[2]
-	limit, ep := r.limit, &r.epAll
-	if over == keyLimit {
-		limit, ep = r.perKey, r.keyEpisode(req)
-	}
+	limit, ep := r.limitOf(req, over)
 	now := r.clock.Now()
 	v := r.enf.Decide(now, false, n <= r.enf.Ceiling(limit)-cost, ep)
 	if v == shed.AdmitDryRun {
@@ -221,13 +218,17 @@ func (r *RedisLayer) alsoOver(req shed.Request, keys []string, counts []int64, f
 		if w == first {
 			continue
 		}
-		bound, ep := r.limit, &r.epAll
-		if w == keyLimit {
-			bound, ep = r.perKey, r.keyEpisode(req)
-		}
-		if counts[i+1] > bound {
+		if bound, ep := r.limitOf(req, w); counts[i+1] > bound {
 			return w, counts[i+1], ep
 		}
 	}
 	return none, 0, nil
+}
+
+// limitOf returns the bound of limit w and its soft episode for req.
+func (r *RedisLayer) limitOf(req shed.Request, w which) (int64, *shed.Episode) {
+	if w == keyLimit {
+		return r.perKey, r.keyEpisode(req)
+	}
+	return r.limit, &r.epAll
 }
