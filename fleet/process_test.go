@@ -51,7 +51,11 @@ func runHelper(spec string) int {
 	cfg := Config{Client: c, Prefix: f[1], Instance: f[2], Capacity: capacity, Interval: iv, Timeout: iv}
 	hold := f[5] == "hold"
 	if hold {
-		cfg.Enforcement.DryRun = true // holds what it is told, whatever the others hold
+		// Holds what it is told, whatever the others hold: with room for
+		// everything, every admission counts (a dry-run admission over a
+		// ceiling would count nothing). Only the counts it publishes matter
+		// to the other instances.
+		cfg.Capacity = 1 << 40
 	}
 	s, err := New(cfg)
 	if err != nil {
