@@ -136,6 +136,10 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 			// only to refund at once.
 			return false
 		}
+		// The time of the try is read before the stores answer, never after:
+		// a later reading would make their RetryAfter look fresher than it
+		// is (at most by the stores' own latency this way round).
+		at := l.clock.Now()
 		l.try(ctx, req, a)
 		switch v = l.verdict(a); v {
 		case shed.Admit, shed.AdmitOver:
@@ -143,7 +147,7 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 		}
 		l.refund(a.t, false)
 		s.mu.Lock()
-		s.retry, s.at = a.retry, l.clock.Now()
+		s.retry, s.at = a.retry, at
 		first.retry, first.denied = a.retry, a.denied
 		s.mu.Unlock()
 		return false
