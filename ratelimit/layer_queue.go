@@ -18,6 +18,9 @@ type queues struct {
 	cfg     shed.QueueConfig
 	maxKeys int
 	waiting atomic.Int64
+	// trying counts the waiters' tries under way, so that tests can wait
+	// for a queue at rest before they move the clock.
+	trying atomic.Int64
 
 	mu sync.Mutex
 	m  map[string]*keyQueue
@@ -130,6 +133,8 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 
 	s := &sleeper{retry: a.retry, at: l.clock.Now()}
 	take := func() bool {
+		qs.trying.Add(1)
+		defer qs.trying.Add(-1)
 		if ctx.Err() != nil {
 			// The caller has gone: deciding for it would ask the limiters
 			// with a dead context (a Redis store would fall back and admit)
