@@ -35,7 +35,7 @@ func newFleet(tb testing.TB, cfg fleet.Config) (*fleet.Shedder, *RoundTrips) {
 // rows report the Redis round trips per decision, which should be ~0.
 func BenchmarkFleetDecision(b *testing.B) {
 	ctx := context.Background()
-	s, rt := newFleet(b, fleet.Config{Capacity: 1 << 40, Instance: "bench"})
+	s, rt := newFleet(b, fleet.Config{Capacity: 1 << 40, Instance: "bench", Interval: fleet.DefaultInterval})
 	for _, p := range []shed.Priority{shed.Sheddable, shed.Critical} {
 		req := shed.Request{Priority: p}
 		b.Run(p.String()+"/serial", func(b *testing.B) {
@@ -69,7 +69,7 @@ func BenchmarkFleetDecision(b *testing.B) {
 		})
 	}
 	// A refusal allocates its *shed.Rejection, as every layer's does.
-	full, _ := newFleet(b, fleet.Config{Capacity: 10, Instance: "bench-full"})
+	full, _ := newFleet(b, fleet.Config{Capacity: 10, Instance: "bench-full", Interval: fleet.DefaultInterval})
 	hold, err := full.Acquire(ctx, shed.Request{Priority: shed.Sheddable, Cost: 6})
 	if err != nil {
 		b.Fatal(err)

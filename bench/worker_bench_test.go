@@ -19,6 +19,9 @@ import (
 
 func newWorker(b *testing.B, cfg worker.Config) *worker.Layer {
 	b.Helper()
+	if cfg.Interval == 0 {
+		cfg.Interval = worker.DefaultInterval
+	}
 	l, err := worker.New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -23,6 +23,9 @@ func fleetConfig(f *Fleet, r *Redis, enf shed.Enforcement) fleet.Config {
 		Interval: f.Interval, TTL: f.TTL, Timeout: f.Timeout,
 		ExpectedInstances: f.ExpectedInstances, Enforcement: enf, RetryAfter: f.RetryAfter,
 	}
+	if cfg.Interval == 0 { // omitted from the file: the documented default
+		cfg.Interval = fleet.DefaultInterval
+	}
 	if cfg.ExpectedInstances == 0 && r != nil {
 		cfg.ExpectedInstances = r.ExpectedInstances
 	}

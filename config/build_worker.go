@@ -13,9 +13,13 @@ import (
 func workerConfig(w *Worker, enf shed.Enforcement) worker.Config {
 	// The worker is the headroom signal; it never reads one.
 	enf.Headroom = nil
+	interval := w.Interval
+	if interval == 0 { // omitted from the file: the documented default
+		interval = worker.DefaultInterval
+	}
 	return worker.Config{
 		Name: w.Name, Enforcement: enf,
-		Interval: w.Interval, Smoothing: w.Smoothing, ShedAt: w.ShedAt, RecoverBelow: w.RecoverBelow,
+		Interval: interval, Smoothing: w.Smoothing, ShedAt: w.ShedAt, RecoverBelow: w.RecoverBelow,
 		Recovery: w.Recovery, RiseGain: w.RiseGain, ShedCritical: w.ShedCritical,
 		CPU:                worker.CPUConfig{Disable: w.CPU.Disable, Budget: w.CPU.Budget, Full: w.CPU.Full},
 		SchedLatencyTarget: w.SchedLatencyTarget, QueueDelayTarget: w.QueueDelayTarget,

@@ -44,8 +44,9 @@ const (
 // PolicyName is the quota's policy name in rejections ("fleet-usage").
 const PolicyName = "fleet-usage"
 
-// Config configures a Shedder. Client and one of Capacity and PerInstance
-// are required; everything else has a default.
+// Config configures a Shedder. Client, Interval and one of Capacity and
+// PerInstance are required; every other zero field stands for its default.
+// Start from DefaultConfig, which sets Interval.
 type Config struct {
 	// Name is the layer's name in rejections, events and metrics (default
 	// "fleet"). Two fleet layers in one process need different names.
@@ -82,8 +83,10 @@ type Config struct {
 	Ceilings map[shed.Priority]float64
 
 	// Interval is how often this instance publishes its counts and reads the
-	// fleet's totals back, in one Redis round trip (default 100ms, at least
-	// 10ms). It bounds how stale the totals a request is judged on are, and
+	// fleet's totals back, in one Redis round trip: at least 10ms
+	// (DefaultInterval, 100ms, in DefaultConfig). Required: a zero Interval
+	// is an error, not a default, since TTL, Timeout, RetryAfter and the
+	// overshoot all follow from it. It bounds how stale the totals a request is judged on are, and
 	// so the overshoot (see the package documentation).
 	Interval time.Duration
 	// TTL is how long an instance's entry lives after its last publish: a
@@ -146,9 +149,6 @@ func (c Config) withDefaults() Config {
 	if c.Instance == "" {
 		c.Instance = DefaultInstance()
 	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
 	if c.TTL == 0 {
 		c.TTL = 2 * c.Interval
 	}
@@ -160,6 +160,11 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultConfig returns a Config with every default that needs no choice
+// of the caller's: Interval DefaultInterval, the rest derived from it.
+// Set Client and Capacity (or PerInstance) before New.
+func DefaultConfig() Config { return Config{Interval: DefaultInterval} }
 
 // ceilings returns the ceiling of each priority, by Priority.Index, with
 // the defaults filled in.
@@ -222,8 +227,8 @@ func (c Config) Validate() error {
 				prio[i], hi, prio[i-1], lo)
 		}
 	}
-	if c.Interval < 0 || (c.Interval > 0 && c.Interval < MinInterval) {
-		add("Config.Interval must be at least %v, got %v", MinInterval, c.Interval)
+	if c.Interval < MinInterval {
+		add("Config.Interval must be at least %v, got %v (DefaultConfig sets it to %v)", MinInterval, c.Interval, DefaultInterval)
 	}
 	if c.TTL < 0 {
 		add("Config.TTL must be positive, got %v", c.TTL)
@@ -232,13 +237,13 @@ func (c Config) Validate() error {
 		add("Config.Timeout must be positive, got %v", c.Timeout)
 	}
 	d := c.withDefaults()
-	if c.Interval >= 0 && c.TTL >= 0 && d.Interval >= d.TTL {
+	if c.Interval > 0 && c.TTL >= 0 && d.Interval >= d.TTL {
 		add("Config.Interval (%v) must be below Config.TTL (%v), or entries expire between publishes", d.Interval, d.TTL)
 	}
 	if d.TTL > 0 && d.TTL < time.Millisecond {
 		add("Config.TTL must be at least 1ms (Redis keeps milliseconds), got %v", d.TTL)
 	}
-	if c.Timeout > 0 && c.Interval >= 0 && d.Timeout > d.Interval {
+	if c.Timeout > 0 && c.Interval > 0 && d.Timeout > d.Interval {
 		add("Config.Timeout (%v) must not exceed Config.Interval (%v): a tick must end before the next", d.Timeout, d.Interval)
 	}
 	if c.ExpectedInstances < 0 {

@@ -7,7 +7,7 @@
 // highest priority first.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
-//	usage, err := fleet.New(fleet.Config{Client: client, Capacity: 2000})
+//	usage, err := fleet.New(fleet.Config{Client: client, Capacity: 2000, Interval: fleet.DefaultInterval})
 //	defer usage.Close()
 //	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rate, inFlight, usage}})
 //

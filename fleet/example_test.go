@@ -20,7 +20,7 @@ import (
 func Example() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	usage, err := fleet.New(fleet.Config{Client: client, Capacity: 2000})
+	usage, err := fleet.New(fleet.Config{Client: client, Capacity: 2000, Interval: fleet.DefaultInterval})
 	if err != nil {
 		log.Fatal(err)
 	}

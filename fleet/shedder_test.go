@@ -471,10 +471,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{Config{Client: c, Capacity: 1, Ceilings: map[shed.Priority]float64{7: 0.7}}, "Config.Ceilings has an unknown priority"},
 		{Config{Client: c, Capacity: 1, Interval: 5 * time.Millisecond}, "Config.Interval must be at least 10ms"},
 		{Config{Client: c, Capacity: 1, Interval: -time.Second}, "Config.Interval must be at least"},
+		{Config{Client: c, Capacity: 1}, "Config.Interval must be at least 10ms, got 0s"},
 		{Config{Client: c, Capacity: 1, Interval: time.Second, TTL: 500 * time.Millisecond}, "Config.Interval (1s) must be below Config.TTL (500ms)"},
 		{Config{Client: c, Capacity: 1, Interval: time.Second, TTL: time.Second}, "must be below Config.TTL"},
 		{Config{Client: c, Capacity: 1, TTL: -1}, "Config.TTL must be positive"},
-		{Config{Client: c, Capacity: 1, Timeout: time.Second}, "Config.Timeout (1s) must not exceed Config.Interval"},
+		{Config{Client: c, Capacity: 1, Interval: DefaultInterval, Timeout: time.Second}, "Config.Timeout (1s) must not exceed Config.Interval"},
 		{Config{Client: c, Capacity: 1, Prefix: "a{b}"}, "Config.Prefix must not contain braces"},
 		{Config{Client: c, Capacity: 1, Instance: "a b"}, "Config.Instance must be printable"},
 		{Config{Client: c, Capacity: 1, Instance: "a\x00b"}, "Config.Instance must be printable"},
@@ -492,9 +493,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 	ok := []Config{
-		{Client: c, Capacity: 1, Ceilings: map[shed.Priority]float64{shed.TestMode: 0, shed.Sheddable: 0, shed.Default: 0, shed.Critical: 0}},
+		{Client: c, Capacity: 1, Interval: DefaultInterval, Ceilings: map[shed.Priority]float64{shed.TestMode: 0, shed.Sheddable: 0, shed.Default: 0, shed.Critical: 0}},
 		{Client: c, PerInstance: 5, Interval: 10 * time.Millisecond},
-		{Client: c, Capacity: 1, Instance: "pod-7:main/ü"},
+		{Client: c, Capacity: 1, Interval: DefaultInterval, Instance: "pod-7:main/ü"},
 	}
 	for _, cfg := range ok {
 		if err := cfg.Validate(); err != nil {
@@ -521,7 +522,7 @@ func TestDefaultInstance(t *testing.T) {
 	if id == "" || strings.ContainsAny(id, " \t\n") || len(id) > maxInstanceLen {
 		t.Fatalf("DefaultInstance() = %q", id)
 	}
-	if err := (Config{Client: redis.NewClient(&redis.Options{ContextTimeoutEnabled: true}), Capacity: 1, Instance: id}).Validate(); err != nil {
+	if err := (Config{Client: redis.NewClient(&redis.Options{ContextTimeoutEnabled: true}), Capacity: 1, Interval: DefaultInterval, Instance: id}).Validate(); err != nil {
 		t.Fatalf("the default instance id is refused: %v", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // generation is one no old copy holds, so a late copy is a no-op even after
 // the guard was reused.
 type Guard[T any] struct {
-	gen   atomic.Uint64 // odd while a grant holds it
+	gen   atomic.Uint64 // moves on at each claim
 	pool  *GuardPool[T]
 	value T
 }
@@ -50,7 +50,9 @@ func (p *GuardPool[T]) Issue(lease *Lease, v T) {
 		g = &Guard[T]{pool: p}
 	}
 	g.value = v
-	lease.ID = g.gen.Add(1) // even to odd: held
+	// A plain load: the guard is this grant's alone until claimed, and the
+	// claim moves gen on, so no copy of an earlier lease matches it.
+	lease.ID = g.gen.Load()
 	lease.Ref = g
 }
 
@@ -60,7 +62,7 @@ func (p *GuardPool[T]) Issue(lease *Lease, v T) {
 func (p *GuardPool[T]) Claim(lease *Lease) (T, bool) {
 	var zero T
 	g, ok := lease.Ref.(*Guard[T])
-	if !ok || g.pool != p || lease.ID&1 == 0 || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
+	if !ok || g.pool != p || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
 		return zero, false
 	}
 	v := g.value

@@ -36,9 +36,11 @@ const (
 // Reason is the rejection's Reason: the process is shedding load.
 const Reason = "temporary-reduced-capacity"
 
-// Config configures a Layer. The zero value is usable: CPU and scheduler
-// latency signals, Stripe's thresholds (shed from 0.8, recover below 0.7),
-// no worker budget, critical traffic never shed, rejecting with 503.
+// Config configures a Layer. Start from DefaultConfig (or CPUBound): CPU
+// and scheduler latency signals sampled every 250ms, Stripe's thresholds
+// (shed from 0.8, recover below 0.7), no worker budget, critical traffic
+// never shed, rejecting with 503. Interval must be set (DefaultConfig
+// does); every other zero field stands for its default.
 type Config struct {
 	// Name is the layer's name in rejections, metrics and logs (default
 	// "worker").
@@ -52,7 +54,10 @@ type Config struct {
 	// is refused: it would read this layer's own headroom.
 	Enforcement shed.Enforcement
 
-	// Interval is how often the signals are sampled (default 250ms).
+	// Interval is how often the signals are sampled (DefaultInterval,
+	// 250ms, in DefaultConfig). Required: a zero Interval is an error, not
+	// a default, so that a config built field by field cannot sample at a
+	// rate nobody chose.
 	Interval time.Duration
 	// Smoothing is the weight of a new sample in each signal's moving
 	// average, in (0, 1] (default 0.5; 1 means no smoothing).
@@ -153,8 +158,15 @@ type Signal struct {
 // on scheduler latency, and on CPU only at saturation. Change any field
 // before New.
 func CPUBound() Config {
-	return Config{Workers: CPUWorkers(), Yield: true, CPU: CPUConfig{Full: 1.25}}
+	c := DefaultConfig()
+	c.Workers, c.Yield, c.CPU.Full = CPUWorkers(), true, 1.25
+	return c
 }
+
+// DefaultConfig returns the defaults: every signal built in, sampled every
+// DefaultInterval, Stripe's thresholds, no worker budget, critical traffic
+// never shed, rejecting with 503. Change any field before New.
+func DefaultConfig() Config { return Config{Interval: DefaultInterval} }
 
 // CPUWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
 // least 1.
@@ -163,9 +175,6 @@ func CPUWorkers() int64 { return int64(math.Max(1, math.Round(DetectBudget().CPU
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = DefaultName
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
 	}
 	if c.Smoothing == 0 {
 		c.Smoothing = DefaultSmoothing
@@ -201,14 +210,14 @@ func (c Config) withDefaults() Config {
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // Validate reports every invalid field, by name (joined with errors.Join).
-// Zero values stand for the defaults and are valid.
+// Zero values stand for the defaults and are valid, but for Interval's.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("worker: "+format, args...))
 	}
-	if c.Interval < 0 {
-		bad("Config.Interval must be positive, got %v", c.Interval)
+	if c.Interval <= 0 {
+		bad("Config.Interval must be positive, got %v (DefaultConfig and CPUBound set it to %v)", c.Interval, DefaultInterval)
 	}
 	if !finite(c.Smoothing) || c.Smoothing < 0 || c.Smoothing > 1 {
 		bad("Config.Smoothing must be within (0, 1], got %v", c.Smoothing)

@@ -15,6 +15,9 @@ import (
 func conformanceLayer(t testing.TB, clock *shedtest.Clock, cfg Config) shed.Layer {
 	cfg.Clock = clock
 	cfg.ShedCritical = true
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
 	cfg.CPU.Disable = true
 	cfg.SchedLatencyTarget = -1
 	l, err := New(cfg)

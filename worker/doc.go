@@ -96,6 +96,6 @@
 // go test ./worker -run Overload -overload -v runs a CPU-burning HTTP server
 // (GOMAXPROCS=1, pinned to one CPU with taskset) offered several times its
 // capacity by an open-loop client on another CPU: with no protection, with
-// Config{} and with CPUBound(), and prints critical success, p99 loaded
+// DefaultConfig() and with CPUBound(), and prints critical success, p99 loaded
 // against unloaded, and goodput (flags in overload_test.go).
 package worker

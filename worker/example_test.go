@@ -23,11 +23,12 @@ func (p *pressure) Set(v float64) { p.bits.Store(math.Float64bits(v)) }
 func (p *pressure) Read() float64 { return math.Float64frombits(p.bits.Load()) }
 
 func ExampleNew() {
-	// In a service: worker.New(worker.Config{}) samples CPU and scheduler
-	// latency every 250ms. Here a manual clock drives the sampler.
+	// In a service: worker.New(worker.DefaultConfig()) samples CPU and
+	// scheduler latency every 250ms. Here a manual clock drives the sampler.
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var load pressure
 	layer, err := worker.New(worker.Config{
+		Interval:           worker.DefaultInterval,
 		Clock:              clock,
 		CPU:                worker.CPUConfig{Disable: true},
 		SchedLatencyTarget: -1,
@@ -73,6 +74,7 @@ func ExampleLayer_Headroom() {
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var load pressure
 	work, _ := worker.New(worker.Config{
+		Interval:           worker.DefaultInterval,
 		Clock:              clock,
 		CPU:                worker.CPUConfig{Disable: true},
 		SchedLatencyTarget: -1,

@@ -20,6 +20,9 @@ func pressureLayer(t *testing.T, cfg Config) (*Layer, *atomic.Uint64, *shedtest.
 	var pr atomic.Uint64
 	clock := shedtest.NewClock(t0)
 	cfg.Clock = clock
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
 	cfg.CPU.Disable = true
 	cfg.SchedLatencyTarget = -1
 	cfg.Signals = append(cfg.Signals, Signal{Name: "test", Read: func() float64 { return math.Float64frombits(pr.Load()) }})
@@ -285,6 +288,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		want string
 	}{
 		{Config{Interval: -time.Second}, "Config.Interval"},
+		{Config{}, "Config.Interval must be positive, got 0s"},
 		{Config{ShedAt: 1.5}, "Config.ShedAt"},
 		{Config{ShedAt: -0.1}, "Config.ShedAt"},
 		{Config{RecoverBelow: math.NaN()}, "Config.RecoverBelow"},

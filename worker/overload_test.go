@@ -51,7 +51,7 @@ var (
 var setups = map[string]func() (*worker.Layer, error){
 	"none": nil,
 	// The layer as it comes: CPU and scheduler latency, Stripe's thresholds.
-	"default": func() (*worker.Layer, error) { return worker.New(worker.Config{}) },
+	"default": func() (*worker.Layer, error) { return worker.New(worker.DefaultConfig()) },
 	// What the package recommends for handlers that burn CPU.
 	"cpubound": func() (*worker.Layer, error) { return worker.New(worker.CPUBound()) },
 	// CPUBound with the scheduler latency target the demonstration uses.
@@ -67,7 +67,7 @@ var setups = map[string]func() (*worker.Layer, error){
 		return worker.New(c)
 	},
 	// The worker budget without Yield.
-	"budget": func() (*worker.Layer, error) { return worker.New(worker.Config{Workers: worker.CPUWorkers()}) },
+	"budget": func() (*worker.Layer, error) { return worker.New(worker.Config{Interval: worker.DefaultInterval, Workers: worker.CPUWorkers()}) },
 }
 
 func setupNames() []string {

@@ -48,6 +48,9 @@ func simLayer(t *testing.T, cfg Config) (*Layer, *plant, *shedtest.Clock) {
 	clock := shedtest.NewClock(t0)
 	p := &plant{noise: rand.New(rand.NewPCG(1, 2))}
 	cfg.Clock = clock
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
 	cfg.CPU.Disable = true
 	cfg.SchedLatencyTarget = -1
 	cfg.Signals = append(cfg.Signals, Signal{Name: "sim", Read: p.read})

@@ -23,6 +23,7 @@ func (s *Service) fleetLayer(cfg Config, ls LayerSettings) (shed.Layer, error) {
 		Prefix:      cfg.FleetPrefix,
 		Instance:    cfg.Instance,
 		PerInstance: ls.FleetPerInstance,
+		Interval:    fleet.DefaultInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: fleet layer: %w", err)
