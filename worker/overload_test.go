@@ -67,7 +67,9 @@ var setups = map[string]func() (*worker.Layer, error){
 		return worker.New(c)
 	},
 	// The worker budget without Yield.
-	"budget": func() (*worker.Layer, error) { return worker.New(worker.Config{Interval: worker.DefaultInterval, Workers: worker.CPUWorkers()}) },
+	"budget": func() (*worker.Layer, error) {
+		return worker.New(worker.Config{Interval: worker.DefaultInterval, Workers: worker.CPUWorkers()})
+	},
 }
 
 func setupNames() []string {
