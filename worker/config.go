@@ -103,6 +103,14 @@ type Config struct {
 	// work from queueing for the CPU; see CPUBound. Critical requests are
 	// counted but never refused unless ShedCritical is set.
 	Workers int64
+	// BusyWorkers is the worker budget while the layer sheds (its level
+	// above zero), at most Workers (default Workers). On a CPU that is
+	// saturated, a request running beside another only waits for it:
+	// throughput stays, latency grows. A budget above one per CPU lets
+	// the bursts of a moderate load through without a 503; BusyWorkers of
+	// one per CPU keeps admitted requests from queueing once the load is
+	// past what the CPU can take.
+	BusyWorkers int64
 	// Yield, with a worker budget, makes Acquire yield the processor once
 	// after admitting (runtime.Gosched), so that the requests already read
 	// and waiting to run get their answer before the admitted one's work
@@ -151,15 +159,16 @@ type Signal struct {
 }
 
 // CPUBound returns a configuration for a service whose handlers burn CPU
-// without blocking: a worker budget of one per CPU of the budget
-// (CPUWorkers), Yield, and the CPU signal reading ShedAt only when the whole
+// without blocking: a worker budget of four per CPU of the budget
+// (CPUWorkers) while the layer sheds nothing and of one per CPU while it
+// sheds (BusyWorkers), Yield, and the CPU signal reading ShedAt only when the whole
 // budget is busy (CPU.Full 1.25), since the worker budget, not a margin of
 // idle CPU, is what keeps admitted work from queueing. The level then moves
 // on scheduler latency, and on CPU only at saturation. Change any field
 // before New.
 func CPUBound() Config {
 	c := DefaultConfig()
-	c.Workers, c.Yield, c.CPU.Full = CPUWorkers(), true, 1.25
+	c.Workers, c.BusyWorkers, c.Yield, c.CPU.Full = 4*CPUWorkers(), CPUWorkers(), true, 1.25
 	return c
 }
 
@@ -202,6 +211,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.BusyWorkers == 0 {
+		c.BusyWorkers = c.Workers
 	}
 	c.Clock = shed.ClockOr(c.Clock)
 	return c
@@ -249,6 +261,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 0 {
 		bad("Config.Workers must not be negative, got %d", c.Workers)
+	}
+	if c.BusyWorkers < 0 || c.BusyWorkers > c.Workers {
+		bad("Config.BusyWorkers must be within [0, Config.Workers (%d)], got %d", c.Workers, c.BusyWorkers)
 	}
 	if c.Yield && c.Workers == 0 {
 		bad("Config.Yield needs a worker budget (Config.Workers)")

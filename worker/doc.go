@@ -73,7 +73,14 @@
 // displaces it (it is refused when it resumes). The budget then goes to the
 // most important request of each gap, critical requests do not pile up over
 // the budget, and the run queue holds about one handler per CPU, so
-// answering the rest stays cheap. CPUBound returns this set-up.
+// answering the rest stays cheap.
+//
+// A budget of one request per CPU refuses the bursts of a moderate load,
+// though the CPU has room on average; a larger one lets a flood queue
+// several handlers deep. Config.BusyWorkers is the budget while the level
+// sheds: a larger Workers for bursts, one per CPU once the load is past
+// what the CPU can take. CPUBound returns this set-up (Workers four per
+// CPU, BusyWorkers one per CPU).
 //
 // # Headroom
 //

@@ -28,6 +28,7 @@ type Layer struct {
 	clock      shed.Clock
 	retryAfter time.Duration
 	workers    int64
+	busy       int64 // the budget while the level sheds (Config.BusyWorkers)
 	yield      bool
 	protect    int // priorities with this Index or above are never refused
 	queue      *shed.WaitQueue
@@ -108,6 +109,7 @@ func New(cfg Config) (*Layer, error) {
 		clock:      c.Clock,
 		retryAfter: c.RetryAfter,
 		workers:    c.Workers,
+		busy:       c.BusyWorkers,
 		yield:      c.Yield,
 		protect:    shed.Critical.Index(),
 		interval:   c.Interval,
@@ -338,7 +340,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	// shed.Episode): under sustained overload there is one episode, then
 	// the hard limit until the load abates.
 	cost := req.Units()
-	if !l.takeWithin(cost, l.workers) {
+	if !l.takeWithin(cost, l.workerBudget(v)) {
 		switch {
 		case l.yield && !l.enf.DryRun && l.displace(cost, req.Priority.Index()):
 			// The units of a lower-priority request not yet started are ours.
@@ -361,7 +363,16 @@ func (l *Layer) take(cost int64, p shed.Priority) bool {
 		l.inflight.Add(cost)
 		return true
 	}
-	return l.takeWithin(cost, l.workers)
+	return l.takeWithin(cost, l.workerBudget(uint32(l.state.Load())))
+}
+
+// workerBudget is the worker budget at shed level v: Config.BusyWorkers while
+// the layer sheds, Workers otherwise.
+func (l *Layer) workerBudget(v uint32) int64 {
+	if v != 0 {
+		return l.busy
+	}
+	return l.workers
 }
 
 func (l *Layer) takeWithin(cost, limit int64) bool {
@@ -441,7 +452,7 @@ const PolicyWorkers = "workers"
 // rejection is the one place the layer builds its "no".
 func (l *Layer) rejection(budget bool) *shed.Rejection {
 	if budget {
-		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workers, Service: true})
+		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
 	}
 	return shed.Shed(Reason, l.retryAfter)
 }

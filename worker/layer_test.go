@@ -340,3 +340,49 @@ func TestQueuePressure(t *testing.T) {
 		t.Fatalf("next interval, nothing waited: pressure %v", p)
 	}
 }
+
+// While the level sheds, the budget is BusyWorkers: the bursts of a
+// moderate load pass within Workers, a flood runs BusyWorkers at a time.
+func TestBusyWorkersWhileShedding(t *testing.T) {
+	l, pr, clock := pressureLayer(t, Config{Workers: 3, BusyWorkers: 1})
+	ctx := context.Background()
+	req := shed.Request{Priority: shed.Default}
+	var held []shed.Lease
+	for i := 0; i < 3; i++ {
+		ls, err := l.Acquire(ctx, req)
+		if err != nil {
+			t.Fatalf("acquire %d of a budget of 3, shedding nothing: %v", i, err)
+		}
+		held = append(held, ls)
+	}
+	if _, err := l.Acquire(ctx, req); err == nil {
+		t.Fatal("a fourth request passed a budget of 3")
+	}
+	for i := range held {
+		held[i].Release(shed.Completed)
+	}
+	pr.Store(math.Float64bits(0.95))
+	for i := 0; i < 4 && l.Level() == 0; i++ {
+		clock.Advance(DefaultInterval)
+	}
+	if l.Level() == 0 {
+		t.Fatal("the level did not rise at pressure 0.95")
+	}
+	first, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
+	if err != nil {
+		t.Fatalf("first request while shedding: %v", err)
+	}
+	defer first.Release(shed.Completed)
+	_, err = l.Acquire(ctx, req)
+	var rej *shed.Rejection
+	if !errors.As(err, &rej) || len(rej.Policies) != 1 || rej.Policies[0].Policy != PolicyWorkers || rej.Policies[0].Limit != 1 {
+		t.Fatalf("second request while shedding with BusyWorkers 1 = %v, want a rejection by the worker budget", err)
+	}
+}
+
+func TestBusyWorkersAboveWorkersIsAnError(t *testing.T) {
+	_, err := New(Config{Interval: DefaultInterval, Workers: 2, BusyWorkers: 3})
+	if err == nil || !strings.Contains(err.Error(), "Config.BusyWorkers") {
+		t.Fatalf("New = %v, want an error naming Config.BusyWorkers", err)
+	}
+}

@@ -29,6 +29,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&ls.InFlight, "in-flight", 0, "loadshed: requests running at once (0: the default, 8)")
 	fs.DurationVar(&ls.QueueWait, "queue-wait", 0, "loadshed: longest wait for an in-flight slot (0: the default, 500ms; negative: no queue)")
 	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed: the worker layer's budget of non-critical requests running at once (0: the default, 4)")
+	fs.Int64Var(&ls.BusyWorkers, "busy-workers", 0, "loadshed: the worker budget while the worker layer sheds (0: the default, 1)")
 	fs.DurationVar(&ls.WorkerQueueWait, "worker-queue-wait", 0, "loadshed: longest wait for a worker over the worker budget (0: no queue, 503 at once)")
 	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
 	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
