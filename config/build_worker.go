@@ -23,7 +23,7 @@ func workerConfig(w *Worker, enf shed.Enforcement) worker.Config {
 		Recovery: w.Recovery, RiseGain: w.RiseGain, ShedCritical: w.ShedCritical,
 		CPU:                worker.CPUConfig{Disable: w.CPU.Disable, Budget: w.CPU.Budget, Full: w.CPU.Full},
 		SchedLatencyTarget: w.SchedLatencyTarget, QueueDelayTarget: w.QueueDelayTarget,
-		Workers: w.Workers, Yield: w.Yield, RetryAfter: w.RetryAfter,
+		Workers: w.Workers, BusyWorkers: w.BusyWorkers, Yield: w.Yield, RetryAfter: w.RetryAfter,
 	}
 }
 

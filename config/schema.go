@@ -272,6 +272,9 @@ type Worker struct {
 	// Workers is the worker budget: the most requests in flight in this
 	// layer (default none).
 	Workers int64 `yaml:"workers"`
+	// BusyWorkers is the worker budget while the layer sheds, at most
+	// workers (default workers).
+	BusyWorkers int64 `yaml:"busy_workers"`
 	// Yield, with a worker budget, yields the processor once after
 	// admitting (default off).
 	Yield bool `yaml:"yield"`

@@ -458,6 +458,10 @@ func (c *checker) worker(w *Worker, path string) {
 		c.errorf(path+".cpu.full", nil, "must be a positive share of the budget, got %v", w.CPU.Full)
 	}
 	c.nonNegative(path+".workers", w.Workers)
+	c.nonNegative(path+".busy_workers", w.BusyWorkers)
+	if w.BusyWorkers > w.Workers {
+		c.errorf(path+".busy_workers", nil, "must not exceed workers (%d), got %d", w.Workers, w.BusyWorkers)
+	}
 	if w.Yield && w.Workers == 0 {
 		c.errorf(path+".yield", nil, "yield needs a worker budget: set workers")
 	}
