@@ -94,6 +94,10 @@ func New(cfg Config) (*Layer, error) {
 // Name returns the layer's name (Config.Name, default "concurrency").
 func (l *Layer) Name() string { return l.name }
 
+// ReadsRoute reports whether the layer reads Request.Route: with KeyByRoute
+// (shed.RouteReader).
+func (l *Layer) ReadsRoute() bool { return l.keyBy == KeyByRoute }
+
 // Limit returns the overall limit now (it moves when adaptive); 0 when there
 // is none.
 func (l *Layer) Limit() int64 { return l.limit.Load() }

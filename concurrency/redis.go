@@ -134,6 +134,10 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLayer, error
 // Name returns the layer's name.
 func (r *RedisLayer) Name() string { return r.name }
 
+// ReadsRoute reports whether the layer reads Request.Route: with KeyByRoute
+// (shed.RouteReader).
+func (r *RedisLayer) ReadsRoute() bool { return r.keyBy == KeyByRoute }
+
 // Local returns the limiter that decides, with this instance's share of the
 // limits, while Redis does not answer; nil when every share rounds to 0.
 func (r *RedisLayer) Local() *Layer { return r.share().lim }

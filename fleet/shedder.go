@@ -149,6 +149,10 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 // Name returns the layer's name (Config.Name, default "fleet").
 func (s *Shedder) Name() string { return s.name }
 
+// ReadsRoute reports false: the layer counts by priority, never by route
+// (shed.RouteReader).
+func (s *Shedder) ReadsRoute() bool { return false }
+
 // Queued returns how many requests wait for room now (Enforcement.Action
 // Queue); 0 without a queue.
 func (s *Shedder) Queued() int {

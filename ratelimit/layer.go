@@ -178,6 +178,20 @@ func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory
 // Name returns the layer's name (LayerConfig.Name, default "ratelimit").
 func (l *Layer) Name() string { return l.name }
 
+// ReadsRoute reports whether a rule's key reads Request.Route: a "route"
+// descriptor, or one with its own From function, which may
+// (shed.RouteReader).
+func (l *Layer) ReadsRoute() bool {
+	for _, c := range l.rules {
+		for _, s := range c.sources {
+			if s == fromRoute || s == fromFunc {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Close stops the sweepers of the overage limiters the layer built. The
 // rules' own limiters are the caller's to close.
 func (l *Layer) Close() error {

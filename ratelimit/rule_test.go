@@ -121,3 +121,29 @@ func TestRuleKeyBareNeedsNoAllocation(t *testing.T) {
 		t.Fatalf("%v allocations building a bare key", n)
 	}
 }
+
+func TestLayerReadsRoute(t *testing.T) {
+	store, err := NewMemory(TokenBucket, PerSecond(10), MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	custom := By("tenant", func(context.Context, shed.Request) string { return "t" })
+	for _, tc := range []struct {
+		d    []Descriptor
+		want bool
+	}{
+		{[]Descriptor{ByKey}, false},
+		{[]Descriptor{ByKey, ByRoute}, true},
+		{[]Descriptor{RouteIs("GET /x"), ByKey}, true},
+		{[]Descriptor{custom}, true},
+	} {
+		l, err := NewLayer(LayerConfig{Rules: []Rule{{Name: "r", Descriptors: tc.d, Store: store}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.ReadsRoute(); got != tc.want {
+			t.Errorf("ReadsRoute with %v = %v, want %v", tc.d, got, tc.want)
+		}
+	}
+}

@@ -32,7 +32,24 @@ type Chain struct {
 	obs    Observer
 	ctxObs ContextObserver // obs, when it wants the request's context
 	clock  Clock
+	// readsRoute: the observer or some layer reads Request.Route.
+	readsRoute bool
 }
+
+// RouteReader is implemented by layers that can tell whether they read
+// Request.Route. Finding a request's route pattern can cost a front end
+// work (the HTTP middleware, mounted before the router, routes the request
+// a second time), which it skips when nothing in the chain reads the
+// route (Chain.ReadsRoute). A layer that does not implement RouteReader is
+// taken to read it.
+type RouteReader interface {
+	ReadsRoute() bool
+}
+
+// ReadsRoute reports whether anything the chain runs reads Request.Route:
+// its observer (events carry the route) or a layer that does not say it
+// ignores it (RouteReader).
+func (c *Chain) ReadsRoute() bool { return c.readsRoute }
 
 // NewChain checks cfg and builds the chain.
 func NewChain(cfg Config) (*Chain, error) {
@@ -51,6 +68,12 @@ func NewChain(cfg Config) (*Chain, error) {
 		}
 		c.layers[i] = l
 		c.names[i] = l.Name()
+		if rr, ok := l.(RouteReader); !ok || rr.ReadsRoute() {
+			c.readsRoute = true
+		}
+	}
+	if cfg.Observer != nil {
+		c.readsRoute = true
 	}
 	return c, nil
 }

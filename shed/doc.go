@@ -47,6 +47,9 @@
 //   - WaitQueue queues requests for capacity, highest priority first,
 //     bounded and cancellation-safe.
 //   - Clock (ClockOr, SystemClock) for time that tests can move.
+//   - RouteReader: a layer that never reads Request.Route says so, and a
+//     front end whose routing costs (the HTTP middleware mounted before
+//     the router) skips finding the route when no layer reads it.
 //
 // Package shed/shedtest has a manual clock, test layers and RunLayerSuite,
 // the conformance suite every layer (ours and yours) should pass.

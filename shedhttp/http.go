@@ -137,6 +137,10 @@ type middleware struct {
 	clientIP   *ClientIP
 	routes     chi.Routes
 	table      routeTable
+	// needRoute: a route annotation or the chain reads the route pattern;
+	// otherwise finding it (routing the request a second time, when
+	// mounted with r.Use) is skipped.
+	needRoute bool
 	priority   func(*http.Request, shed.Priority) shed.Priority
 	cost       func(*http.Request) int64
 	onReject   func(http.ResponseWriter, *http.Request, *shed.Rejection)
@@ -228,6 +232,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		m.maxKey = DefaultMaxKeyLength
 	}
 	m.table.rules = rules
+	m.needRoute = len(rules.exact) > 0 || len(rules.prefixes) > 0 || c.ReadsRoute()
 	m.sets = newPolicySets(m.disclose)
 	m.states.New = func() any { return new(httpState) }
 	return m, nil
@@ -398,9 +403,10 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (shed.Reque
 	}
 	req.Key = key
 
-	method := r.Method
-	route, prio := m.table.resolve(method, routePattern(r, m.routes))
-	req.Route = route
+	prio := m.table.rules.def
+	if m.needRoute {
+		req.Route, prio = m.table.resolve(r.Method, routePattern(r, m.routes))
+	}
 	if p, ok := shed.PriorityFrom(r.Context()); ok && p.Valid() {
 		prio = p
 	}

@@ -173,6 +173,10 @@ func New(cfg Config) (*Layer, error) {
 // Name returns the layer's name (Config.Name, default "worker").
 func (l *Layer) Name() string { return l.name }
 
+// ReadsRoute reports false: the layer sheds by priority, never by route
+// (shed.RouteReader).
+func (l *Layer) ReadsRoute() bool { return false }
+
 // Budget returns the CPU budget the CPU signal measures against, and where
 // it came from (with the reason, when the cgroup files could not be read).
 func (l *Layer) Budget() Budget { return l.budget }
