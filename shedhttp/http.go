@@ -141,14 +141,14 @@ type middleware struct {
 	// otherwise finding it (routing the request a second time, when
 	// mounted with r.Use) is skipped.
 	needRoute bool
-	priority   func(*http.Request, shed.Priority) shed.Priority
-	cost       func(*http.Request) int64
-	onReject   func(http.ResponseWriter, *http.Request, *shed.Rejection)
-	skip       func(*http.Request) bool
-	legacy     bool
-	disclose   bool
-	clock      shed.Clock
-	states     sync.Pool
+	priority  func(*http.Request, shed.Priority) shed.Priority
+	cost      func(*http.Request) int64
+	onReject  func(http.ResponseWriter, *http.Request, *shed.Rejection)
+	skip      func(*http.Request) bool
+	legacy    bool
+	disclose  bool
+	clock     shed.Clock
+	states    sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
 	// caches what admitted requests' fields need per set of policies.
 	policies policyCache
