@@ -99,7 +99,9 @@
 // lowest-priority waiter below its own priority, on any key) until
 // capacity returns. A request that times out in the queue gets the
 // RetryAfter of that moment. The lease carries the quota
-// of the rule closest to exhaustion for the RateLimit headers. Releasing it
+// of the rule closest to exhaustion (Lease.Quota) and, when several rules
+// admitted the request, lists every one (Lease.Quotas), so that the
+// RateLimit fields name each policy that applies on every response. Releasing it
 // with shed.Unused (a later layer rejected the request) refunds its units.
 //
 // A Store error never becomes a 500: the request is admitted with

@@ -221,6 +221,9 @@ type ticket struct {
 	cost  int64
 	n     int
 	taken [MaxRules]taken
+	// quotas[i] is the quota of taken[i]'s rule as it admitted the
+	// request, for the RateLimit fields (shed.QuotaLister).
+	quotas [MaxRules]shed.Quota
 }
 
 // attempt is one pass over the rules for a request.
@@ -275,9 +278,11 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 			continue
 		}
 		if r.Allowed {
+			q := quotaOf(c, r)
 			t.taken[t.n] = taken{rule: int8(i), key: key}
+			t.quotas[t.n] = q
 			t.n++
-			if q := quotaOf(c, r); a.tight.IsZero() || q.Remaining < a.tight.Remaining {
+			if a.tight.IsZero() || q.Remaining < a.tight.Remaining {
 				a.tight = q
 			}
 			continue
@@ -290,10 +295,12 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if c.Overage != nil && l.enf.Mode != shed.Hard {
 			o, err := c.Overage.Allow(ctx, key, a.cost)
 			if err == nil && o.Allowed {
+				q := quotaOf(c, r)
 				t.taken[t.n] = taken{rule: int8(i), overage: true, key: key}
+				t.quotas[t.n] = q
 				t.n++
 				a.overLimit = true
-				if q := quotaOf(c, r); a.tight.IsZero() || q.Remaining < a.tight.Remaining {
+				if a.tight.IsZero() || q.Remaining < a.tight.Remaining {
 					a.tight = q
 				}
 				continue
@@ -388,7 +395,23 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	lease.Over = v == shed.AdmitOver
 	lease.DryRun = v == shed.AdmitDryRun
 	lease.Fallback = a.fallback
+	lease.MoreQuotas = t.n > 1
 	return lease, nil
+}
+
+// Quotas appends the quota of every rule that admitted the lease's
+// request, in rule order (shed.QuotaLister): the RateLimit-Policy field
+// then names each of them on every response, not only the nearest to
+// running out.
+func (l *Layer) Quotas(lease *shed.Lease, dst []shed.Quota) []shed.Quota {
+	t, ok := lease.Ref.(*ticket)
+	if !ok || t.gen.Load() != lease.ID {
+		if !lease.Quota.IsZero() {
+			dst = append(dst, lease.Quota)
+		}
+		return dst
+	}
+	return append(dst, t.quotas[:t.n]...)
 }
 
 func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Rejection {
@@ -404,6 +427,7 @@ func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Re
 func (l *Layer) recycle(t *ticket) {
 	for i := range t.taken[:t.n] {
 		t.taken[i].key = "" // let the keys go
+		t.quotas[i] = shed.Quota{}
 	}
 	t.n = 0
 	l.tickets.Put(t)

@@ -88,6 +88,33 @@ type Lease struct {
 	// Fallback is set when the layer decided from a local estimate because
 	// its shared store (Redis) did not answer in time.
 	Fallback bool
+	// MoreQuotas is set by a layer whose lease stands for several limits
+	// at once (a rate-limit layer with several rules): its Releaser is a
+	// QuotaLister, and Quota is only the one nearest to running out.
+	MoreQuotas bool
+}
+
+// QuotaLister is implemented by a Releaser whose leases can stand for
+// several limits (see Lease.MoreQuotas). Quotas appends to dst every quota
+// lease was admitted under, in the layer's order, Lease.Quota among them.
+type QuotaLister interface {
+	Quotas(lease *Lease, dst []Quota) []Quota
+}
+
+// Quotas appends to dst every quota the lease was admitted under: what its
+// layer lists when MoreQuotas is set (while the lease is held), else Quota
+// when it is not zero. The RateLimit-Policy field lists them all, so that
+// every response of a route names the same policies.
+func (l *Lease) Quotas(dst []Quota) []Quota {
+	if l.MoreQuotas {
+		if ql, ok := l.releaser.(QuotaLister); ok {
+			return ql.Quotas(l, dst)
+		}
+	}
+	if !l.Quota.IsZero() {
+		dst = append(dst, l.Quota)
+	}
+	return dst
 }
 
 // NewLease returns a lease that r will release.

@@ -302,6 +302,12 @@ func hasQuota(leases []shed.Lease, disclose bool) bool {
 // remaining units and reset times are formatted, straight into the
 // response's fieldValues: one allocation, nothing else.
 func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease) {
+	for i := range leases {
+		if leases[i].MoreQuotas {
+			leases = expandQuotas(leases)
+			break
+		}
+	}
 	set := m.sets.lookup(leases)
 	if set == nil {
 		m.writeLeaseFieldsSlow(h, leases)
@@ -324,6 +330,22 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease) {
 	v.vals[0] = v.limitString(b)
 	v.vals[1] = set.policy
 	setQuotaFields(h, v.vals[1:2:2], v.vals[0:1:1], &t, m.legacy, m.now())
+}
+
+// expandQuotas returns one lease per quota of leases, for layers whose
+// leases stand for several limits (shed.Lease.MoreQuotas), so that the
+// fields name every policy that applies: each carries its quota and its
+// lease's Over, which is all the fields read. Only requests through such
+// a layer pay for it (one allocation).
+func expandQuotas(leases []shed.Lease) []shed.Lease {
+	var buf [shed.MaxLayers]shed.Quota
+	out := make([]shed.Lease, 0, len(leases)+2)
+	for i := range leases {
+		for _, q := range leases[i].Quotas(buf[:0]) {
+			out = append(out, shed.Lease{Quota: q, Over: leases[i].Over})
+		}
+	}
+	return out
 }
 
 // writeLeaseFieldsSlow builds both fields afresh, for sets of policies
