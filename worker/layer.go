@@ -544,7 +544,7 @@ func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
 	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeHeadroom, Value: l.Headroom()})
 	if l.workers > 0 {
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.inflight.Load())})
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workers)})
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
 	}
 	if l.queue != nil {
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.queue.Len())})

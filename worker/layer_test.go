@@ -368,6 +368,15 @@ func TestBusyWorkersWhileShedding(t *testing.T) {
 	if l.Level() == 0 {
 		t.Fatal("the level did not rise at pressure 0.95")
 	}
+	limit := -1.0
+	l.ReportGauges(func(g shed.Gauge) {
+		if g.Name == shed.GaugeLimit {
+			limit = g.Value
+		}
+	})
+	if limit != 1 {
+		t.Errorf("limit gauge while shedding = %v, want BusyWorkers (1)", limit)
+	}
 	first, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
 	if err != nil {
 		t.Fatalf("first request while shedding: %v", err)
