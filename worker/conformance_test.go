@@ -13,19 +13,8 @@ import (
 // Workers requests and refuses the next. The suite sends critical requests
 // too, which the budget refuses only with ShedCritical.
 func conformanceLayer(t testing.TB, clock *shedtest.Clock, cfg Config) shed.Layer {
-	cfg.Clock = clock
 	cfg.ShedCritical = true
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	cfg.CPU.Disable = true
-	cfg.SchedLatencyTarget = -1
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	return l
+	return signalLayer(t, clock, cfg)
 }
 
 var queueing = shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}}

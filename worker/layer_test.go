@@ -13,24 +13,33 @@ import (
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
-// pressureLayer returns a layer whose only signal is the pressure the test
-// sets, on a manual clock.
-func pressureLayer(t *testing.T, cfg Config) (*Layer, *atomic.Uint64, *shedtest.Clock) {
+// signalLayer returns a layer on clock whose signals are cfg's and
+// extra's only (the CPU and scheduler latency off), sampled every
+// DefaultInterval unless cfg says otherwise, closed when the test ends.
+func signalLayer(t testing.TB, clock *shedtest.Clock, cfg Config, extra ...Signal) *Layer {
 	t.Helper()
-	var pr atomic.Uint64
-	clock := shedtest.NewClock(t0)
 	cfg.Clock = clock
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
 	cfg.CPU.Disable = true
 	cfg.SchedLatencyTarget = -1
-	cfg.Signals = append(cfg.Signals, Signal{Name: "test", Read: func() float64 { return math.Float64frombits(pr.Load()) }})
+	cfg.Signals = append(cfg.Signals, extra...)
 	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
+	return l
+}
+
+// pressureLayer returns a layer whose only signal is the pressure the test
+// sets, on a manual clock.
+func pressureLayer(t *testing.T, cfg Config) (*Layer, *atomic.Uint64, *shedtest.Clock) {
+	t.Helper()
+	var pr atomic.Uint64
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, cfg, Signal{Name: "test", Read: func() float64 { return math.Float64frombits(pr.Load()) }})
 	return l, &pr, clock
 }
 

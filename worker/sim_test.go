@@ -47,18 +47,7 @@ func simLayer(t *testing.T, cfg Config) (*Layer, *plant, *shedtest.Clock) {
 	t.Helper()
 	clock := shedtest.NewClock(t0)
 	p := &plant{noise: rand.New(rand.NewPCG(1, 2))}
-	cfg.Clock = clock
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	cfg.CPU.Disable = true
-	cfg.SchedLatencyTarget = -1
-	cfg.Signals = append(cfg.Signals, Signal{Name: "sim", Read: p.read})
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
+	l := signalLayer(t, clock, cfg, Signal{Name: "sim", Read: p.read})
 	p.layer = l
 	return l, p, clock
 }
