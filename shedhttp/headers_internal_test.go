@@ -72,7 +72,7 @@ func BenchmarkWriteLeaseFields(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		m.writeLeaseFields(h, leases)
+		m.writeLeaseFields(h, leases, false)
 	}
 }
 
@@ -140,7 +140,7 @@ func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 		m := &middleware{sets: newPolicySets(false)}
 		for range 2 { // a miss, then a hit
 			h := http.Header{}
-			m.writeLeaseFields(h, ls)
+			m.writeLeaseFields(h, ls, false)
 			if got := h[HeaderRateLimitPolicy]; len(got) != 1 || got[0] != string(policy) {
 				t.Errorf("RateLimit-Policy %q, want %q", got, policy)
 			}

@@ -269,8 +269,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.rejected(w, r, err)
 		return
 	}
-	if leases := st.grant.Leases(); hasQuota(leases, m.disclose) {
-		m.writeLeaseFields(w.Header(), leases)
+	if leases := st.grant.Leases(); len(leases) > 0 {
+		if show, more := quotaFields(leases, m.disclose); show {
+			m.writeLeaseFields(w.Header(), leases, more)
+		}
 	}
 	st.rw.w = w
 	returned := false
@@ -288,25 +290,24 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.recycle(st)
 }
 
-func hasQuota(leases []shed.Lease, disclose bool) bool {
+// quotaFields reports, in one pass, whether the leases carry a quota the
+// fields show, and whether one of them stands for several
+// (shed.Lease.MoreQuotas).
+func quotaFields(leases []shed.Lease, disclose bool) (show, more bool) {
 	for i := range leases {
-		if shown(&leases[i].Quota, disclose) {
-			return true
-		}
+		show = show || shown(&leases[i].Quota, disclose)
+		more = more || leases[i].MoreQuotas
 	}
-	return false
+	return show, more
 }
 
 // writeLeaseFields sets the RateLimit fields of an admitted request's
 // quotas, before the handler runs. With the policies' set cached, only the
 // remaining units and reset times are formatted, straight into the
 // response's fieldValues: one allocation, nothing else.
-func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease) {
-	for i := range leases {
-		if leases[i].MoreQuotas {
-			leases = expandQuotas(leases)
-			break
-		}
+func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease, more bool) {
+	if more {
+		leases = expandQuotas(leases)
 	}
 	set := m.sets.lookup(leases)
 	if set == nil {
