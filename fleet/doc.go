@@ -56,6 +56,16 @@
 // first: an instance that joins a saturated fleet reaches about its share
 // within a few dozen ticks.
 //
+// The count is split into stripes, so that cores admitting at once do not
+// all write one cache line: about one stripe per P (a sync.Pool hands them
+// out), each holding credit, a part of A it may admit against on its own.
+// When a stripe's credit runs out, a slow path under a lock judges the
+// instance's whole count against A, takes back other stripes' unused
+// credit if it must, and gives the stripe more; a request over A is
+// refused without the lock. The decisions are those of a single counter:
+// credit is only given out of what A leaves, and a tick that lowers A
+// below what is held takes every stripe's credit back.
+//
 // # The error bound
 //
 // The totals an instance decides on are up to one interval old, so the

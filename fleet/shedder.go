@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,9 @@ import (
 // important work. See the package documentation for how it counts, the
 // overshoot bound and what it does when Redis is gone.
 //
-// Acquire and Release touch only this instance's atomics: no lock, no
-// allocation, no Redis. A background tick, every Config.Interval, publishes
+// Acquire and Release touch only this instance's atomics, mostly on a
+// cache line of their own core (see the package documentation): no
+// allocation, no Redis, and a lock only when a stripe's credit runs out. A background tick, every Config.Interval, publishes
 // this instance's counts and reads the fleet's totals back. Close stops it.
 // A Shedder is safe for concurrent use.
 type Shedder struct {
@@ -38,7 +40,7 @@ type Shedder struct {
 	st         store
 	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
 
-	local  counts
+	local  *tally
 	view   atomic.Pointer[view]
 	ep     [shed.NumPriorities]shed.Episode
 	grants shed.GuardPool[grant]
@@ -60,21 +62,6 @@ var (
 	_ shed.Releaser      = (*Shedder)(nil)
 	_ shed.GaugeReporter = (*Shedder)(nil)
 )
-
-// counts are this instance's units in flight by Priority.Index, on a cache
-// line of their own: every request writes one of them.
-type counts struct {
-	_ [64]byte
-	n [shed.NumPriorities]atomic.Int64
-	_ [64 - 8*shed.NumPriorities]byte
-}
-
-func (c *counts) load() (out [shed.NumPriorities]int64) {
-	for i := range c.n {
-		out[i] = c.n[i].Load()
-	}
-	return out
-}
 
 // view is what one tick (or a failure of one) decided the request path
 // judges against. It is immutable once published.
@@ -98,8 +85,9 @@ type view struct {
 // grant is what a lease holds, kept in its guard (shed.GuardPool) so that
 // releasing a copy of a released lease changes nothing.
 type grant struct {
-	idx  int // Priority.Index
-	cost int64
+	idx    int     // Priority.Index
+	stripe *stripe // the tally's stripe that holds the units
+	cost   int64
 }
 
 // New checks cfg, reads the fleet's totals once (bounded by Config.Timeout;
@@ -128,6 +116,7 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 		perInst:    cfg.PerInstance,
 		ceil:       cfg.ceilings(),
 		st:         st,
+		local:      newTally(stripesFor(runtime.GOMAXPROCS(0))),
 	}
 	if s.enf.Action == shed.Queue {
 		qc := s.enf.Queue
@@ -141,7 +130,7 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 		s.queue = q
 	}
 	s.lastLive.Store(int64(cfg.ExpectedInstances))
-	s.view.Store(s.fallbackView())
+	s.setView(s.fallbackView())
 	s.tick()
 	return s, nil
 }
@@ -171,69 +160,54 @@ func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	cost := req.Units()
 	i := req.Priority.Index()
 	v := s.view.Load()
-	s.local.n[i].Add(cost)
-	if s.check(i, &v.allow) {
+	k, ok := s.local.take(i, cost)
+	if ok {
 		// Admissions within the ceiling leave the soft episode alone (see
 		// shed.Episode), so that soft mode stays bounded in time under
 		// sustained overload.
-		s.lease(&ls, v, i, cost)
+		s.lease(&ls, v, i, k, cost)
 		return ls, nil
 	}
-	return s.overLimit(ctx, req, v, i, cost)
+	return s.overLimit(ctx, req, v, i, k, cost)
 }
 
-// check reports whether this instance's counts, with the units just added
-// at priority i, stay within every allowance from i upwards.
-func (s *Shedder) check(i int, allow *[shed.NumPriorities]int64) bool {
-	var sum int64
-	for q := 0; q < i; q++ {
-		sum += s.local.n[q].Load()
-	}
-	for r := i; r < shed.NumPriorities; r++ {
-		sum += s.local.n[r].Load()
-		if sum > allow[r] {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *Shedder) lease(ls *shed.Lease, v *view, i int, cost int64) {
+func (s *Shedder) lease(ls *shed.Lease, v *view, i int, k *stripe, cost int64) {
 	*ls = shed.NewLease(s)
-	s.grants.Issue(ls, grant{idx: i, cost: cost})
+	s.grants.Issue(ls, grant{idx: i, stripe: k, cost: cost})
 	ls.Cost = cost
 	ls.Fallback = v.fallback
 	ls.Quota = s.quota(i, v)
 }
 
-// overLimit decides a request whose units, already added, broke a ceiling.
-func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i int, cost int64) (ls shed.Lease, err error) {
+// overLimit decides a request whose units, already added on stripe k,
+// broke a ceiling.
+func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i int, k *stripe, cost int64) (ls shed.Lease, err error) {
 	var now time.Time
 	within := false
 	if s.enf.Mode != shed.Hard {
 		now = s.clock.Now()
-		within = s.check(i, &v.allowOver)
+		within = s.local.within(i, &v.allowOver)
 	}
 	switch verdict := s.enf.Decide(now, false, within, &s.ep[i]); verdict {
 	case shed.AdmitOver:
-		s.lease(&ls, v, i, cost)
+		s.lease(&ls, v, i, k, cost)
 		ls.Over = true
 		return ls, nil
 	case shed.AdmitDryRun:
 		// A dry-run admission over the ceiling counts nothing in flight,
 		// as a rejection would not: its lease holds nothing.
-		s.local.n[i].Add(-cost)
+		k.put(i, cost)
 		s.notify()
 		ls = shed.NewLease(s)
 		ls.Cost, ls.DryRun, ls.Fallback = cost, true, v.fallback
 		ls.Quota = s.quota(i, v)
 		return ls, nil
 	case shed.Wait:
-		s.local.n[i].Add(-cost)
+		k.put(i, cost)
 		s.notify()
 		return s.wait(ctx, req, i, cost)
 	}
-	s.local.n[i].Add(-cost)
+	k.put(i, cost)
 	s.notify()
 	return shed.Lease{}, s.rejection(req, v)
 }
@@ -242,19 +216,20 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 // room (Enforcement.Action Queue).
 func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64) (shed.Lease, error) {
 	var got *view
-	// take runs under the queue's lock, so got is written before Wait
-	// returns and read only after.
+	var gotK *stripe
+	// take runs under the queue's lock, so got and gotK are written before
+	// Wait returns and read only after.
 	take := func() bool {
 		v := s.view.Load()
-		s.local.n[i].Add(cost)
-		if s.check(i, &v.allow) {
-			got = v
+		k, ok := s.local.take(i, cost)
+		if ok {
+			got, gotK = v, k
 			return true
 		}
-		s.local.n[i].Add(-cost)
+		k.put(i, cost)
 		return false
 	}
-	giveBack := func() { s.local.n[i].Add(-cost) }
+	giveBack := func() { gotK.put(i, cost) }
 	waited, err := s.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
 		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
@@ -267,7 +242,7 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 		return shed.Lease{}, err
 	}
 	var ls shed.Lease
-	s.lease(&ls, got, i, cost)
+	s.lease(&ls, got, i, gotK, cost)
 	ls.Waited = waited
 	return ls, nil
 }
@@ -300,7 +275,7 @@ func (s *Shedder) Release(lease *shed.Lease, _ shed.Outcome) {
 	if !ok {
 		return
 	}
-	s.local.n[g.idx].Add(-g.cost)
+	g.stripe.put(g.idx, g.cost)
 	s.notify()
 }
 
@@ -363,6 +338,12 @@ func (s *Shedder) apply(published [shed.NumPriorities]int64, rd reading) {
 		v.allowOver[r] = allowance(mine, fleet, s.enf.Ceiling(v.ceiling[r]), int64(live))
 	}
 	s.lastLive.Store(int64(live))
+	s.setView(v)
+}
+
+// setView makes v the view requests are judged against.
+func (s *Shedder) setView(v *view) {
+	s.local.setBudget(&v.allow)
 	s.view.Store(v)
 }
 
@@ -405,7 +386,7 @@ func (s *Shedder) fail(err error) {
 	err = fmt.Errorf("fleet: sync with redis: %w", err)
 	s.lastErr.Store(&err)
 	if !s.view.Load().fallback {
-		s.view.Store(s.fallbackView())
+		s.setView(s.fallbackView())
 	}
 }
 
@@ -460,7 +441,7 @@ func (s *Shedder) Close() error {
 	// A tick that was running when halt stopped the others may have
 	// published a fleet view since: the fleet no longer counts this
 	// instance.
-	s.view.Store(s.fallbackView())
+	s.setView(s.fallbackView())
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if _, err := s.st.sync(ctx, [shed.NumPriorities]int64{}, 0); err != nil {
@@ -481,6 +462,6 @@ func (s *Shedder) halt() bool {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	s.view.Store(s.fallbackView())
+	s.setView(s.fallbackView())
 	return true
 }
