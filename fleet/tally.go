@@ -102,13 +102,19 @@ func (st *stripe) fits(i int) bool {
 // put.
 func (t *tally) take(i int, cost int64) (*stripe, bool) {
 	st := t.homes.Get().(*stripe)
+	if n := st.n[i].Load(); !st.n[i].CompareAndSwap(n, n+cost) {
+		// Another core wrote this stripe meanwhile: a stripe that moved
+		// between Ps (a goroutine moved between Get and Put) can leave two
+		// Ps sharing one. This P moves on to the next stripe.
+		st = &t.stripes[int(t.next.Add(1))%len(t.stripes)]
+		st.n[i].Add(cost)
+	}
 	t.homes.Put(st)
-	return st, t.takeOn(st, i, cost)
+	return st, t.admit(st, i)
 }
 
-// takeOn is take on a given stripe.
-func (t *tally) takeOn(st *stripe, i int, cost int64) bool {
-	st.n[i].Add(cost)
+// admit decides units just added on stripe st at priority index i.
+func (t *tally) admit(st *stripe, i int) bool {
 	return st.fits(i) || (!t.over(i) && t.refill(st, i))
 }
 

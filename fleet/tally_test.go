@@ -20,7 +20,8 @@ func tallyWith(stripes int, budget [shed.NumPriorities]int64) *tally {
 // it was admitted, giving it back when not.
 func take1(t *tally, k, i int) bool {
 	st := &t.stripes[k]
-	if t.takeOn(st, i, 1) {
+	st.n[i].Add(1)
+	if t.admit(st, i) {
 		return true
 	}
 	st.put(i, 1)
