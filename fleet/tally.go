@@ -14,9 +14,10 @@ import (
 //
 // Each stripe counts the units admitted on it and holds a credit per
 // ceiling r: the most units at priorities ≤ r it may hold without asking.
-// An admission adds its units to a stripe picked at random and is done if
-// the stripe stays within its credits (its own cache line, no lock). If
-// not, the slow path takes the lock and judges the whole instance: it
+// An admission adds its units to its P's stripe and is done if the stripe
+// stays within its credits (its own cache line, no lock). If the units
+// held are over the budget already, it is refused, still without the lock.
+// Otherwise the slow path takes the lock and judges the whole instance: it
 // admits when, for every ceiling from the request's priority up, the sum
 // over stripes of max(credit, units held) stays within the budget (the
 // view's allowance), taking back unused credit first if it must; then it
