@@ -96,14 +96,21 @@ func TestRedisFaultDecisions(t *testing.T) {
 			defer r.Close()
 			fault(px)
 			var timings redistest.Timings
+			start := time.Now()
 			admitted := load(t, r, &timings, 4, 30, "k")
 			timings.Check(t, name, faultTimeout+20*time.Millisecond)
 			if err := px.Heal(); err != nil {
 				t.Fatal(err)
 			}
-			// Redis and the fallback each admit at most the limit.
-			if admitted > 2*50 {
-				t.Fatalf("%d admitted for a limit of 50", admitted)
+			// Redis and the fallback each admit at most the limit, in each
+			// hourly window the run touched (the windows start on the hour,
+			// by Redis's clock or this one: a second either side of it).
+			windows := int64(1)
+			if start.Add(-time.Second).Truncate(time.Hour) != time.Now().Add(time.Second).Truncate(time.Hour) {
+				windows = 2
+			}
+			if admitted > windows*2*50 {
+				t.Fatalf("%d admitted for a limit of 50 in %d window(s)", admitted, windows)
 			}
 		})
 	}
