@@ -207,9 +207,8 @@ func TestRedisSeparateProcessesUnderLoad(t *testing.T) {
 	// about a full fleet, not that join, so it waits the join out.
 	settled := waitFor(time.Second, func() bool {
 		st := s.Stats()
-		var sum int64
-		for r := range st.Fleet {
-			if sum += st.Fleet[r]; sum > st.Ceilings[r] {
+		for r, sum := range atOrBelow(st.Fleet) {
+			if sum > st.Ceilings[r] {
 				return false
 			}
 		}
@@ -230,9 +229,7 @@ func TestRedisSeparateProcessesUnderLoad(t *testing.T) {
 			admitted++
 		}
 		st := s.Stats()
-		var sum int64
-		for r := range st.Fleet {
-			sum += st.Fleet[r]
+		for r, sum := range atOrBelow(st.Fleet) {
 			if o := sum - st.Ceilings[r]; o > worst[r] {
 				worst[r] = o
 			}
@@ -252,4 +249,13 @@ func TestRedisSeparateProcessesUnderLoad(t *testing.T) {
 	if st := s.Stats(); st.Fleet[1]+st.Fleet[2] < 20 {
 		t.Fatalf("the other processes did not fill the fleet: %+v", st)
 	}
+}
+
+// atOrBelow turns counts by priority into what each ceiling counts: the
+// units at that priority and every one below it.
+func atOrBelow(n [shed.NumPriorities]int64) [shed.NumPriorities]int64 {
+	for r := 1; r < len(n); r++ {
+		n[r] += n[r-1]
+	}
+	return n
 }
