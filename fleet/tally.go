@@ -87,9 +87,9 @@ func (st *stripe) fits(i int) bool {
 	}
 	for r := i; r < shed.NumPriorities; r++ {
 		sum += st.n[r].Load()
-		// The credit is read after the units were added: a slow path that
-		// lowers it then reads the units (both sequentially consistent), so
-		// either it sees these units or this check sees the lower credit.
+		// A slow path may lower the credit meanwhile, to the units it read
+		// before these were added: they passed against the old credit, and
+		// the slow path's max(credit, units held) still counts them.
 		if sum > st.credit[r].Load() {
 			return false
 		}
