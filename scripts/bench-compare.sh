@@ -7,7 +7,7 @@
 #
 #   ./scripts/bench-compare.sh 1d20b76                                  # RateMemory ConcurrencyLocal ChainHTTP
 #   ./scripts/bench-compare.sh 1d20b76 ConcurrencyLocal                 # one group
-#   COUNT=10 PIN=1 ./scripts/bench-compare.sh HEAD~3 ConcurrencyLocal   # serial rows, pinned
+#   COUNT=10 PIN=1 ./scripts/bench-compare.sh HEAD~3 ConcurrencyLocal   # on one core
 #
 # COUNT turns (default 6) of -benchtime BENCHTIME (default 100ms). PIN=1
 # runs both binaries on CPU 1 only, with GOMAXPROCS 1 (taskset -c 1,
@@ -52,9 +52,7 @@ for i in $(seq "$COUNT"); do
   done
 done
 
-benchstat=$(go env GOPATH)/bin/benchstat
-if ! [ -x "$benchstat" ]; then
-  (cd / && go install golang.org/x/perf/cmd/benchstat@latest)
-fi
+. scripts/benchstat.sh
+benchstat=$(benchstat_path)
 echo "bench-compare: raw output in $out" >&2
 (cd "$out" && "$benchstat" old.txt new.txt)

@@ -26,11 +26,8 @@ if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
   redis_start bench.sh
 fi
 
-benchstat=$(go env GOPATH)/bin/benchstat
-if ! [ -x "$benchstat" ]; then
-  echo "bench.sh: installing benchstat" >&2
-  (cd / && go install golang.org/x/perf/cmd/benchstat@latest)
-fi
+. scripts/benchstat.sh
+benchstat=$(benchstat_path)
 
 mkdir -p bench/results
 raw="bench/results/$(date -u +%Y%m%dT%H%M%SZ).raw"
