@@ -29,20 +29,25 @@ COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-100ms}
 git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || { echo "$0: unknown revision $rev" >&2; exit 2; }
 
-out="$PWD/bench/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$out"
-tree=$(mktemp -d)
-trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
-git worktree add --detach "$tree" "$rev" >/dev/null 2>&1
-(cd "$tree/bench" && go test -c -o "$out/old.test" .)
-(cd bench && go test -c -o "$out/new.test" .)
-
-pattern="^Benchmark($(IFS='|'; echo "${groups[*]}"))\$"
 run=() cpu=()
 if [ "${PIN:-0}" = 1 ]; then
   command -v taskset >/dev/null || { echo "$0: PIN=1 needs taskset (util-linux)" >&2; exit 2; }
   run=(taskset -c 1) cpu=(-test.cpu 1)
 fi
+# Found (or installed) before the runs, so that a failure costs no
+# minutes of benchmarking.
+. scripts/benchstat.sh
+benchstat=$(benchstat_path)
+
+out="$PWD/bench/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+tree=$(mktemp -d)
+trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
+git worktree add --quiet --detach "$tree" "$rev"
+(cd "$tree/bench" && go test -c -o "$out/old.test" .)
+(cd bench && go test -c -o "$out/new.test" .)
+
+pattern="^Benchmark($(IFS='|'; echo "${groups[*]}"))\$"
 
 echo "bench-compare: $rev against the working tree, ${groups[*]}, $COUNT turns" >&2
 for i in $(seq "$COUNT"); do
@@ -52,7 +57,5 @@ for i in $(seq "$COUNT"); do
   done
 done
 
-. scripts/benchstat.sh
-benchstat=$(benchstat_path)
 echo "bench-compare: raw output in $out" >&2
 (cd "$out" && "$benchstat" old.txt new.txt)
