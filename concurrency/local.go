@@ -325,9 +325,9 @@ func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls.Cost = cost
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil && l.showKeyQuota(t, limit) {
-		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 	}
 	if l.adaptive != nil {
 		if now.IsZero() {
@@ -357,12 +357,12 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
 		if l.showKeyQuota(&t, limit) {
-			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 		} else {
-			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 		}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 	}
 	if l.adaptive != nil {
 		ls.Acquired = l.clock.Now()
@@ -396,10 +396,10 @@ func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
 // refused is the quota of the limit that refused t.
 func (l *Layer) refused(t taken) shed.Quota {
 	if t.over == keyLimit {
-		return shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+		return shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 	}
 	limit := l.limit.Load()
-	return shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+	return shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 }
 
 // Release gives back the units lease holds and, with an adaptive limit,

@@ -196,6 +196,7 @@ func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 			ls.Quota = q
 		}
 	}
+	ls.Quota.DryRun = r.enf.DryRun
 	return ls
 }
 

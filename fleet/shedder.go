@@ -264,7 +264,7 @@ func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
 // It is the service's own capacity (Service), which HTTP front ends do not
 // disclose to clients unless told to.
 func (s *Shedder) quota(i int, v *view) shed.Quota {
-	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i], Service: true}
+	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i], Service: true, DryRun: s.enf.DryRun}
 }
 
 // Release gives back the units lease holds. Only the first release of a

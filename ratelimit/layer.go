@@ -268,7 +268,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if err != nil {
 			if errors.Is(err, ErrCostAboveBurst) {
 				a.never, a.overCeil = true, true
-				a.denied = quotaOf(c, Result{Limit: c.limit.Quantity})
+				a.denied = l.quotaOf(c, Result{Limit: c.limit.Quantity})
 				return
 			}
 			a.fallback = true
@@ -278,7 +278,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 			continue
 		}
 		if r.Allowed {
-			q := quotaOf(c, r)
+			q := l.quotaOf(c, r)
 			t.taken[t.n] = taken{rule: int8(i), key: key}
 			t.quotas[t.n] = q
 			t.n++
@@ -295,7 +295,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if c.Overage != nil && l.enf.Mode != shed.Hard {
 			o, err := c.Overage.Allow(ctx, key, a.cost)
 			if err == nil && o.Allowed {
-				q := quotaOf(c, r)
+				q := l.quotaOf(c, r)
 				t.taken[t.n] = taken{rule: int8(i), overage: true, key: key}
 				t.quotas[t.n] = q
 				t.n++
@@ -306,13 +306,15 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 				continue
 			}
 		}
-		a.overCeil, a.denied, a.retry = true, quotaOf(c, r), r.RetryAfter
+		a.overCeil, a.denied, a.retry = true, l.quotaOf(c, r), r.RetryAfter
 		return
 	}
 }
 
-func quotaOf(c *compiledRule, r Result) shed.Quota {
-	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: nextUnit(c.alg, c.limit, r)}
+// quotaOf is the quota of rule c as r leaves it, marked DryRun when the
+// layer is in dry run.
+func (l *Layer) quotaOf(c *compiledRule, r Result) shed.Quota {
+	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: nextUnit(c.alg, c.limit, r), DryRun: l.enf.DryRun}
 }
 
 // refund gives back everything t holds. notify wakes the keys' waiters:
