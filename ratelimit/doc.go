@@ -73,7 +73,7 @@
 // to 160 for the sliding window, about 210 to 350 for the log. A store at
 // its cap keeps the table of its live keys: evicted keys' slots are
 // reclaimed by rebuilding at the same size.
-
+//
 // # Rules and the layer
 //
 // A Rule names a limit, the Store that enforces it, and the Descriptors
