@@ -17,16 +17,39 @@ import (
 //	))
 //
 // The middleware owns its layers: Close closes them (see Middleware).
+// Config.Limit is the same with a key, route priorities, requests to skip
+// or any other setting.
 //
 // It panics when the layers do not make a chain (none, a nil one, more
-// than shed.MaxLayers), as MustNew does. Use shed.NewChain and New for
-// keys, trusted proxies, route priorities and the rest.
-func Limit(layers ...shed.Layer) Middleware {
+// than shed.MaxLayers), as MustNew does.
+func Limit(layers ...shed.Layer) Middleware { return Config{}.Limit(layers...) }
+
+// Limit is the package's Limit with c's settings: the one-liner grown by
+// the options it needs, such as
+//
+//	r.Use(shedhttp.Config{
+//		Key:        shedhttp.KeyHeader("X-API-Key"),                      // who is asking
+//		Priorities: shedhttp.RoutePriorities{"/v1/reports/*": shed.Sheddable}, // shed first
+//		Skip:       func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+//	}.Limit(
+//		ratelimit.PerKey(100, time.Minute),
+//		concurrency.PerKey(10),
+//	))
+//
+// It is shed.NewChain of the layers, then MustNew of the chain and c, in
+// one call; build them apart to share a chain between routers, to give
+// the chain an observer, or to get errors instead of panics. It panics
+// when the layers do not make a chain or c is invalid, as MustNew does.
+func (c Config) Limit(layers ...shed.Layer) Middleware {
 	chain, err := shed.NewChain(shed.Config{Layers: layers})
 	if err != nil {
 		panic(err)
 	}
-	return owning(chain, MustNew(chain, Config{}))
+	mw, err := New(chain, c)
+	if err != nil {
+		panic(err)
+	}
+	return owning(chain, mw)
 }
 
 // Middleware is net/http middleware that owns the chain it runs: what

@@ -1,6 +1,10 @@
 package shedhttp_test
 
 import (
+	"context"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -76,4 +80,44 @@ func TestLimitCloseLeavesNothingRunning(t *testing.T) {
 	if after := runtime.NumGoroutine(); after > before {
 		t.Errorf("%d goroutines before the builds, %d after closing them", before, after)
 	}
+}
+
+// Config.Limit is Limit with settings: the key, route priorities and the
+// requests to skip reach the layers as they would through New.
+func TestConfigLimitAppliesItsSettings(t *testing.T) {
+	seen := shedtest.NewLayer("seen")
+	var got []shed.Request
+	seen.OnAcquire = func(_ context.Context, req shed.Request) { got = append(got, req) }
+	mw := shedhttp.Config{
+		Key:        shedhttp.KeyHeader("X-API-Key"),
+		Priorities: shedhttp.RoutePriorities{"/v1/reports/*": shed.Sheddable},
+		Skip:       func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+	}.Limit(seen)
+	defer mw.Close()
+	r := chi.NewRouter()
+	r.Use(mw)
+	for _, p := range []string{"/v1/reports/{id}", "/v1/charges", "/healthz"} {
+		r.Get(p, func(http.ResponseWriter, *http.Request) {})
+	}
+	for _, path := range []string{"/v1/reports/7", "/v1/charges", "/healthz"} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("X-API-Key", "k1")
+		r.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if len(got) != 2 {
+		t.Fatalf("the layer saw %d requests, want 2 (/healthz skipped)", len(got))
+	}
+	if got[0].Key != "h:x-api-key:k1" || got[0].Priority != shed.Sheddable || got[1].Priority != shed.Default {
+		t.Errorf("the layer saw %+v and %+v, want key h:x-api-key:k1, sheddable then default", got[0], got[1])
+	}
+}
+
+// Config.Limit panics on an invalid Config, as MustNew does.
+func TestConfigLimitPanicsOnABadConfig(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic for a negative MaxKeyLength")
+		}
+	}()
+	shedhttp.Config{MaxKeyLength: -1}.Limit(shedtest.NewLayer("a"))
 }
