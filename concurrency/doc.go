@@ -34,11 +34,11 @@
 // both limits' episodes to allow it (see shed.Episode for when an episode
 // begins: not again under sustained overload); elastic does the same while
 // Enforcement.Headroom has room, with no time limit; dry run admits
-// everything and marks what it would have rejected DryRun. The local Layer
-// does not count a dry-run admission over a limit in flight (a rejection
-// would not have been), so it goes on deciding as if it enforced; the
-// RedisLayer still counts it, and still holds a request to the episode of
-// one limit only. With the Queue action a request over the overall limit
+// everything and marks what it would have rejected DryRun. Neither the
+// local Layer nor the RedisLayer counts a dry-run admission over a limit
+// in flight (a rejection would not have been; the RedisLayer's lease holds
+// nothing in Redis), so each goes on deciding as if it enforced. With the
+// Queue action a request over the overall limit
 // waits in a shed.WaitQueue (highest priority first, bounded by the
 // queue and the request's deadline) and each release wakes it; a request
 // over a per-key limit is rejected at once, since one queue serves one pool
