@@ -2,6 +2,10 @@
 // on a MeterProvider the caller passes (the global one by default), and each
 // decision as an event on the request's current span.
 //
+//	metrics, err := shedotel.NewMetrics(shedotel.Config{MeterProvider: mp, Layers: layers}) // mp nil: the global one
+//	chain, err := shed.NewChain(shed.Config{Layers: layers,
+//		Observer: shed.Observers{metrics, shedotel.SpanEvents{}}})
+//
 // Metrics is a shed.Observer; SpanEvents is a shed.ContextObserver. Give the
 // chain both with shed.Observers{metrics, shedotel.SpanEvents{}}. Where a
 // trace should show each layer as a span of its own (where a request

@@ -1,6 +1,11 @@
 // Package shedprom exports loadshed's decisions and layer state as Prometheus
 // metrics, with client_golang, on a Registerer the caller passes.
 //
+//	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
+//	metrics, err := shedprom.New(shedprom.Config{Registerer: reg, Layers: layers})
+//	chain, err := shed.NewChain(shed.Config{Layers: layers, Observer: metrics})
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
 // A Metrics is a shed.Observer: give it to the chain (shed.Config.Observer)
 // and every decision and release is counted, with labels drawn from bounded
 // sets only (layer, policy, priority, result, status, outcome: never a key or
