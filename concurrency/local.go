@@ -386,11 +386,17 @@ func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
 	q := l.refused(t)
 	if t.over == keyLimit {
 		if l.keyBy == KeyByClient {
-			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
+			rj := shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
+			rj.Layer = l.name
+			return rj
 		}
-		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
+		rj := shed.Shed("too many requests in flight for this route", l.retryAfter, q)
+		rj.Layer = l.name
+		return rj
 	}
-	return shed.Shed("too many requests in flight", l.retryAfter, q)
+	rj := shed.Shed("too many requests in flight", l.retryAfter, q)
+	rj.Layer = l.name
+	return rj
 }
 
 // refused is the quota of the limit that refused t.

@@ -131,12 +131,18 @@ func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Reje
 	if over == keyLimit {
 		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
 		if r.keyBy == KeyByClient {
-			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
+			rj := shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
+			rj.Layer = r.name
+			return rj
 		}
-		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
+		rj := shed.Shed("too many requests in flight for this route", r.retryAfter, q)
+		rj.Layer = r.name
+		return rj
 	}
 	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
-	return shed.Shed("too many requests in flight", r.retryAfter, q)
+	rj := shed.Shed("too many requests in flight", r.retryAfter, q)
+	rj.Layer = r.name
+	return rj
 }
 
 // run runs the acquire script within the timeout. Redis answering at all

@@ -30,7 +30,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			limit := l.limit.Load()
-			r.RetryAfter = l.retryAfter
+			r.Layer, r.RetryAfter = l.name, l.retryAfter
 			r.Policies = []shed.Quota{{Policy: PolicyOverall, Limit: limit, Remaining: 0, Service: true}}
 		}
 		return shed.Lease{}, err

@@ -235,7 +235,7 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		if r, ok := err.(*shed.Rejection); ok {
 			v := s.view.Load()
-			r.RetryAfter = s.retryAfter
+			r.Layer, r.RetryAfter = s.name, s.retryAfter
 			r.Fallback = v.fallback
 			r.Policies = []shed.Quota{s.quota(req.Priority.Index(), v)}
 		}
@@ -254,7 +254,7 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 // by, and what the HTTP side may or may not disclose.
 func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
 	r := shed.Shed("fleet at its ceiling for this priority", s.retryAfter, s.quota(req.Priority.Index(), v))
-	r.Fallback = v.fallback
+	r.Layer, r.Fallback = s.name, v.fallback
 	return r
 }
 

@@ -421,7 +421,7 @@ func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Re
 		reason = "request cost exceeds the rate limit"
 	}
 	rj := shed.Throttled(reason, a.retry, a.denied)
-	rj.Fallback = a.fallback
+	rj.Layer, rj.Fallback = l.name, a.fallback
 	return rj
 }
 

@@ -193,7 +193,7 @@ func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited 
 	err = shed.QueueRejection(shed.StatusTooManyRequests, err, waited)
 	var rj *shed.Rejection
 	if errors.As(err, &rj) {
-		rj.RetryAfter = a.retry
+		rj.Layer, rj.RetryAfter = l.name, a.retry
 		rj.Policies = []shed.Quota{a.denied}
 		rj.Fallback = a.fallback
 	}

@@ -514,7 +514,7 @@ func TestRejection(t *testing.T) {
 	if s.Status != 503 || s.RetryAfterSeconds() != 0 || strings.Contains(s.Error(), "retry") {
 		t.Errorf("Shed = %+v, %q", s, s.Error())
 	}
-	if got, want := s.Error(), "shed: layer rejected unset request (503): overloaded"; got != want {
+	if got, want := s.Error(), "shed: layer rejected a request (503): overloaded"; got != want {
 		t.Errorf("Error() of an unstamped rejection = %q, want %q", got, want)
 	}
 	err = fmt.Errorf("layer said: %w", s)

@@ -215,5 +215,5 @@ func ExampleWaitQueue() {
 	// Output:
 	// first: 0s <nil>
 	// critical: 500ms <nil>
-	// sheddable: 2s shed: layer rejected unset request (503): queue wait timed out
+	// sheddable: 2s shed: layer rejected a request (503): queue wait timed out
 }

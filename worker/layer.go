@@ -456,9 +456,13 @@ const PolicyWorkers = "workers"
 // rejection is the one place the layer builds its "no".
 func (l *Layer) rejection(budget bool) *shed.Rejection {
 	if budget {
-		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
+		rj := shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
+		rj.Layer = l.name
+		return rj
 	}
-	return shed.Shed(Reason, l.retryAfter)
+	rj := shed.Shed(Reason, l.retryAfter)
+	rj.Layer = l.name
+	return rj
 }
 
 // wait queues req until the level admits its priority and, with a budget,
@@ -485,7 +489,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
-			r.RetryAfter = l.retryAfter
+			r.Layer, r.RetryAfter = l.name, l.retryAfter
 		}
 		return shed.Lease{}, err
 	}
