@@ -109,7 +109,7 @@ func TestInstancesShareCapacity(t *testing.T) {
 func TestOvershootOnlyFromStaleEntries(t *testing.T) {
 	clk := shedtest.NewClock(t0)
 	f := newFakeFleet(clk)
-	var ss []*Shedder
+	var ss []*Layer
 	for _, id := range []string{"a", "b", "c"} {
 		ss = append(ss, newFake(t, f, id, fakeConfig(clk)))
 	}
@@ -148,12 +148,12 @@ func TestNewcomerGetsItsShare(t *testing.T) {
 	clk := shedtest.NewClock(t0)
 	f := newFakeFleet(clk)
 	a := newFake(t, f, "a", fakeConfig(clk))
-	held := map[*Shedder][]shed.Lease{a: admit(t, a, shed.Sheddable, 60)}
+	held := map[*Layer][]shed.Lease{a: admit(t, a, shed.Sheddable, 60)}
 	b := newFake(t, f, "b", fakeConfig(clk))
 	// Both want more than the ceiling: every interval each finishes a
 	// third of its work and tries to fill up again.
 	for i := 0; i < 40; i++ {
-		for _, s := range []*Shedder{a, b} {
+		for _, s := range []*Layer{a, b} {
 			ls := held[s]
 			n := (len(ls) + 2) / 3
 			releaseAll(ls[:n])

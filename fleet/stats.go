@@ -35,7 +35,7 @@ type Stats struct {
 }
 
 // Stats returns the layer's state now.
-func (s *Shedder) Stats() Stats {
+func (s *Layer) Stats() Stats {
 	v := s.view.Load()
 	st := Stats{
 		InFlight:   s.local.load(),
@@ -60,7 +60,7 @@ func (s *Shedder) Stats() Stats {
 // instances; fallback (1 while deciding from this instance's share); this
 // instance's units in flight; the fleet's capacity; and the queue's length
 // when the layer queues.
-func (s *Shedder) ReportGauges(emit func(shed.Gauge)) {
+func (s *Layer) ReportGauges(emit func(shed.Gauge)) {
 	v := s.view.Load()
 	local := s.local.load()
 	var inFlight int64

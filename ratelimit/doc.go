@@ -8,8 +8,8 @@
 //	r.Use(shedhttp.Limit(ratelimit.PerKey(100, time.Minute)))
 //
 // Beyond it: build a Store for each limit (NewMemory, or NewRedis for a
-// fleet), name a Rule for each (what it counts per: ByKey, ByRoute, By,
-// RouteIs), and give the rules to NewLayer. LayerConfig.Name tells two
+// fleet), name a Rule for each (what it counts per: ByClient, ByRoute, By,
+// RouteIs), and give the rules to New. Config.Name tells two
 // rate-limit layers apart in events and metrics.
 //
 // # Algorithms
@@ -79,7 +79,7 @@
 // A Rule names a limit, the Store that enforces it, and the Descriptors
 // it counts per, the way envoyproxy/ratelimit reads: a domain and key/value
 // entries (the client key, the route, or any value a function draws from
-// the request's context, such as a client IP or a user). NewLayer holds
+// the request's context, such as a client IP or a user). New holds
 // several rules; a request must pass every rule that applies to it, and a
 // request one rule rejects is not charged by the others (their units are
 // refunded). Rule keys are length-prefixed and escaped, so different values
@@ -106,5 +106,5 @@
 //
 // A Store error never becomes a 500: the request is admitted with
 // Lease.Fallback set, the chain's observer records the fallback, and
-// LayerConfig.OnError is told.
+// Config.OnError is told.
 package ratelimit

@@ -12,14 +12,14 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// DefaultName is a layer's name when LayerConfig.Name is empty.
+// DefaultName is a layer's name when Config.Name is empty.
 const DefaultName = "ratelimit"
 
 // MaxRules is the most rules one layer holds.
 const MaxRules = 8
 
-// LayerConfig configures a Layer.
-type LayerConfig struct {
+// Config configures a Layer.
+type Config struct {
 	// Name is the layer's name in rejections, events and metrics (default
 	// DefaultName), so that two rate-limit layers are told apart.
 	Name string
@@ -56,7 +56,7 @@ type LayerConfig struct {
 // When a Store fails (a Redis store that is down and has no fallback),
 // the layer does not turn it into an error: the rule is skipped, the
 // request is admitted with Lease.Fallback set (so the chain's observer
-// records a fallback event) and LayerConfig.OnError is told. A Store that
+// records a fallback event) and Config.OnError is told. A Store that
 // is a FallbackDecider (the Redis store) and decided from its local
 // fallback sets Lease.Fallback (or Rejection.Fallback) too.
 //
@@ -91,17 +91,17 @@ type Layer struct {
 var _ shed.Layer = (*Layer)(nil)
 var _ shed.Releaser = (*Layer)(nil)
 
-// NewLayer checks cfg and builds the layer.
-func NewLayer(cfg LayerConfig) (*Layer, error) {
+// New checks cfg and builds the layer.
+func New(cfg Config) (*Layer, error) {
 	var errs []error
 	if n := len(cfg.Rules); n == 0 || n > MaxRules {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules must have 1 to %d rules, got %d", MaxRules, n))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.Rules must have 1 to %d rules, got %d", MaxRules, n))
 	}
 	if err := cfg.Enforcement.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Enforcement: %w", err))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.Enforcement: %w", err))
 	}
 	if cfg.MaxKeys < 0 {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.MaxKeys must not be negative, got %d", cfg.MaxKeys))
 	}
 	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
 	if l.name == "" {
@@ -119,7 +119,7 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 			continue
 		}
 		if names[r.Name] {
-			errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules[%d].Name %q is used twice", i, r.Name))
+			errs = append(errs, fmt.Errorf("ratelimit: Config.Rules[%d].Name %q is used twice", i, r.Name))
 		}
 		names[r.Name] = true
 		l.rules = append(l.rules, c)
@@ -175,7 +175,7 @@ func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory
 	return NewMemory(c.Store.Algorithm(), o, MemoryConfig{Clock: clock})
 }
 
-// Name returns the layer's name (LayerConfig.Name, default "ratelimit").
+// Name returns the layer's name (Config.Name, default "ratelimit").
 func (l *Layer) Name() string { return l.name }
 
 // ReadsRoute reports whether a rule's key reads Request.Route: a "route"

@@ -37,9 +37,9 @@ func dryRunServer(t *testing.T, showDryRun bool) http.Handler {
 		return m
 	}
 	layer := func(name, rule string, n int64, dry bool) shed.Layer {
-		l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Name: name, Clock: clock,
+		l, err := ratelimit.New(ratelimit.Config{Name: name, Clock: clock,
 			Enforcement: shed.Enforcement{DryRun: dry},
-			Rules:       []ratelimit.Rule{{Name: rule, Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: store(n)}}})
+			Rules:       []ratelimit.Rule{{Name: rule, Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: store(n)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

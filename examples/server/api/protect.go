@@ -145,7 +145,7 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 	}
 	s.closers = append(s.closers, store.Close)
 	global := ratelimit.By("global", func(context.Context, shed.Request) string { return "all" })
-	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+	layer, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
 		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Store: store},
 	}})
 	if err != nil {
@@ -171,8 +171,8 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
 	}
 	s.closers = append(s.closers, perKey.Close)
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+	rate, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
