@@ -8,6 +8,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Layer limits requests in flight in this process: overall, per key, or
@@ -24,15 +25,15 @@ type Layer struct {
 	retryAfter time.Duration
 	keys       *keyMap // nil without a per-key limit
 	adaptive   *adaptive
-	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
+	queue      *layerkit.WaitQueue // nil unless Enforcement.Action is Queue
 
 	// guards makes each grant count once, whichever copy of its lease is
 	// released; a guard holds the grant's per-key slot (nil without one).
-	guards shed.GuardPool[*slot]
+	guards layerkit.GuardPool[*slot]
 
 	limit    cacheline.Int64 // the overall limit; moves when adaptive
 	inflight cacheline.Int64 // units in flight overall, when hasAll
-	ep       shed.Episode
+	ep       layerkit.Episode
 }
 
 var (
@@ -82,7 +83,7 @@ func New(cfg Config) (*Layer, error) {
 		if qc.Clock == nil {
 			qc.Clock = l.clock
 		}
-		q, err := shed.NewWaitQueue(qc)
+		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("concurrency: Config.Enforcement.Queue: %w", err)
 		}
@@ -138,11 +139,11 @@ func (l *Layer) Queued() int {
 
 // ReportGauges reports the units in flight, the overall limit (0 without
 // one; it moves when adaptive) and the requests queued, for metrics
-// adapters (shed.GaugeReporter).
-func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.InFlight())})
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.Limit())})
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.Queued())})
+// adapters (layerkit.GaugeReporter).
+func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeInFlight, Value: float64(l.InFlight())})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeLimit, Value: float64(l.Limit())})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 }
 
 // Keys returns how many per-key counters are held, idle ones not yet swept
@@ -242,24 +243,24 @@ func add(c *atomic.Int64, cost, max int64) (int64, bool) {
 // attempt decides without waiting when the request is over a limit (t says
 // which): a lease admitted over the limit or in dry run, or the verdict
 // (Wait or Deny).
-func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, shed.Verdict, taken) {
+func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, layerkit.Verdict, taken) {
 	var now time.Time
 	if l.enf.Mode != shed.Hard || l.enf.DryRun {
 		now = l.clock.Now() // Decide reads it only for the soft and elastic allowances
 	}
-	v := shed.Deny
+	v := layerkit.Deny
 	if l.enf.Mode == shed.Hard {
-		v = l.enf.DecideOver(now, false)
+		v = layerkit.DecideOver(&l.enf, now, false)
 	} else {
 		// Take again within the ceilings. The overage stands only if every
 		// limit the request goes over allows it, each by its own episode.
 		t2 := l.take(l.key(req), cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
-		var eps [2]*shed.Episode
+		var eps [2]*layerkit.Episode
 		n, over := l.overLimits(&eps, t2, cost, limit, now)
 		if t2.ok && !over { // capacity freed in between
-			return l.lease(&t2, cost, limit, now), shed.Admit, t2
+			return l.lease(&t2, cost, limit, now), layerkit.Admit, t2
 		}
-		if v = l.enf.DecideOver(now, t2.ok, eps[:n]...); v == shed.AdmitOver {
+		if v = layerkit.DecideOver(&l.enf, now, t2.ok, eps[:n]...); v == layerkit.AdmitOver {
 			ls := l.lease(&t2, cost, limit, now)
 			ls.Over = true
 			return ls, v, t2
@@ -269,7 +270,7 @@ func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lea
 			t = t2
 		}
 	}
-	if v == shed.AdmitDryRun {
+	if v == layerkit.AdmitDryRun {
 		// Admitted without taking anything, as a rejection would not have:
 		// the limiter goes on deciding as if it enforced. Its release is a
 		// no-op (no Ref).
@@ -287,7 +288,7 @@ func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lea
 // goes over any. A limit already exceeded before this request (overage
 // still in flight) is held at now: its episode goes on rather than a new
 // one beginning.
-func (l *Layer) overLimits(eps *[2]*shed.Episode, t taken, cost, limit int64, now time.Time) (n int, over bool) {
+func (l *Layer) overLimits(eps *[2]*layerkit.Episode, t taken, cost, limit int64, now time.Time) (n int, over bool) {
 	soft := l.enf.Mode == shed.Soft
 	if t.s != nil && (t.over == keyLimit || t.keyAfter > l.perKey) {
 		over = true
@@ -374,9 +375,9 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
 	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
-	case shed.Admit, shed.AdmitOver, shed.AdmitDryRun:
+	case layerkit.Admit, layerkit.AdmitOver, layerkit.AdmitDryRun:
 		return ls, nil
-	case shed.Wait:
+	case layerkit.Wait:
 		return l.wait(ctx, req, cost, t)
 	}
 	return shed.Lease{}, l.rejection(req, t)

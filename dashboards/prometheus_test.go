@@ -26,6 +26,7 @@ import (
 	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/shedprom"
 	"github.com/loadshed/loadshed/worker"
@@ -61,9 +62,9 @@ func (r renamed) Name() string { return r.name }
 // store errors, until the layer reports them itself.
 type fleetGauges struct{ *fleet.Layer }
 
-func (f fleetGauges) ReportGauges(emit func(shed.Gauge)) {
+func (f fleetGauges) ReportGauges(emit func(layerkit.Gauge)) {
 	f.Layer.ReportGauges(emit)
-	emit(shed.Gauge{Layer: f.Name(), Name: shed.GaugeStoreErrors, Value: float64(f.Stats().Failures)})
+	emit(layerkit.Gauge{Layer: f.Name(), Name: layerkit.GaugeStoreErrors, Value: float64(f.Stats().Failures)})
 }
 
 // scenarioServer is a chi API behind every layer, with /metrics beside it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Layer is the fleet-usage load shedder: a shed.Layer that keeps the
@@ -38,12 +39,12 @@ type Layer struct {
 	perInst    int64
 	ceil       [shed.NumPriorities]float64
 	st         store
-	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
+	queue      *layerkit.WaitQueue // nil unless Enforcement.Action is Queue
 
 	local  *tally
 	view   atomic.Pointer[view]
-	ep     [shed.NumPriorities]shed.Episode
-	grants shed.GuardPool[grant]
+	ep     [shed.NumPriorities]layerkit.Episode
+	grants layerkit.GuardPool[grant]
 
 	lastLive   atomic.Int64 // live instances at the last good tick (ExpectedInstances before one)
 	ticks      atomic.Int64
@@ -58,9 +59,9 @@ type Layer struct {
 }
 
 var (
-	_ shed.Layer         = (*Layer)(nil)
-	_ shed.Releaser      = (*Layer)(nil)
-	_ shed.GaugeReporter = (*Layer)(nil)
+	_ shed.Layer             = (*Layer)(nil)
+	_ shed.Releaser          = (*Layer)(nil)
+	_ layerkit.GaugeReporter = (*Layer)(nil)
 )
 
 // view is what one tick (or a failure of one) decided the request path
@@ -82,7 +83,7 @@ type view struct {
 	fallback bool
 }
 
-// grant is what a lease holds, kept in its guard (shed.GuardPool) so that
+// grant is what a lease holds, kept in its guard (layerkit.GuardPool) so that
 // releasing a copy of a released lease changes nothing.
 type grant struct {
 	idx    int     // Priority.Index
@@ -123,7 +124,7 @@ func newLayer(cfg Config, st store) (*Layer, error) {
 		if qc.Clock == nil {
 			qc.Clock = s.clock
 		}
-		q, err := shed.NewWaitQueue(qc)
+		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: Config.Enforcement.Queue: %w", err)
 		}
@@ -163,7 +164,7 @@ func (s *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	k, ok := s.local.take(i, cost)
 	if ok {
 		// Admissions within the ceiling leave the soft episode alone (see
-		// shed.Episode), so that soft mode stays bounded in time under
+		// layerkit.Episode), so that soft mode stays bounded in time under
 		// sustained overload.
 		s.lease(&ls, v, i, k, cost)
 		return ls, nil
@@ -188,12 +189,12 @@ func (s *Layer) overLimit(ctx context.Context, req shed.Request, v *view, i int,
 		now = s.clock.Now()
 		within = s.local.within(i, &v.allowOver)
 	}
-	switch verdict := s.enf.Decide(now, false, within, &s.ep[i]); verdict {
-	case shed.AdmitOver:
+	switch verdict := layerkit.Decide(&s.enf, now, false, within, &s.ep[i]); verdict {
+	case layerkit.AdmitOver:
 		s.lease(&ls, v, i, k, cost)
 		ls.Over = true
 		return ls, nil
-	case shed.AdmitDryRun:
+	case layerkit.AdmitDryRun:
 		// A dry-run admission over the ceiling counts nothing in flight,
 		// as a rejection would not: its lease holds nothing.
 		k.put(i, cost)
@@ -202,7 +203,7 @@ func (s *Layer) overLimit(ctx context.Context, req shed.Request, v *view, i int,
 		ls.Cost, ls.DryRun, ls.Fallback = cost, true, v.fallback
 		ls.Quota = s.quota(i, v)
 		return ls, nil
-	case shed.Wait:
+	case layerkit.Wait:
 		k.put(i, cost)
 		s.notify()
 		return s.wait(ctx, req, i, cost)
@@ -232,7 +233,7 @@ func (s *Layer) wait(ctx context.Context, req shed.Request, i int, cost int64) (
 	giveBack := func() { gotK.put(i, cost) }
 	waited, err := s.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+		err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		if r, ok := err.(*shed.Rejection); ok {
 			v := s.view.Load()
 			r.Layer, r.RetryAfter = s.name, s.retryAfter

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -402,12 +404,12 @@ func TestGauges(t *testing.T) {
 	settle(clk)
 	admit(t, a, shed.Sheddable, 1)
 	got := map[string]float64{}
-	a.ReportGauges(func(g shed.Gauge) {
+	a.ReportGauges(func(g layerkit.Gauge) {
 		if g.Layer != "fleet" {
 			t.Fatalf("gauge of layer %q", g.Layer)
 		}
 		k := g.Name
-		if g.Name == shed.GaugeUsage || g.Name == shed.GaugeCeiling {
+		if g.Name == layerkit.GaugeUsage || g.Name == layerkit.GaugeCeiling {
 			k += "/" + g.Priority.String()
 		}
 		got[k] = g.Value

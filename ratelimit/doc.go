@@ -89,7 +89,7 @@
 // The layer applies shed.Enforcement: hard; soft (up to
 // Enforcement.Ceiling for at most OverageFor per episode of each rule key,
 // Lease.Over set; a request over several rules needs every one's episode
-// to allow it, and see shed.Episode for when an episode begins); elastic
+// to allow it, and see layerkit.Episode for when an episode begins); elastic
 // (the same while the Headroom signal allows, with no time limit); dry run
 // (never rejects, Lease.DryRun set; a request let through in dry run is
 // charged by no rule). Over the limit it rejects with a 429 shed.Rejection

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // DefaultName is a layer's name when Config.Name is empty.
@@ -69,10 +71,10 @@ type Config struct {
 // Redis limiter the waiters of one key are served one round trip at a time.
 // Enforcement.Queue.MaxLength bounds the waiters of the whole layer; when
 // it is reached, a newcomer evicts the lowest-priority waiter below its own
-// priority, whatever its key (as one full shed.WaitQueue does), or is
+// priority, whatever its key (as one full layerkit.WaitQueue does), or is
 // rejected with "queue full".
 //
-// In Soft mode each rule key has its own overage episode (shed.Episode),
+// In Soft mode each rule key has its own overage episode (layerkit.Episode),
 // and a request over several rules is admitted over only if every one of
 // their episodes allows it. Rules whose keys are equal strings share
 // queues and soft episodes.
@@ -340,25 +342,25 @@ func (l *Layer) refund(t *ticket, notify bool) {
 
 // verdict applies the enforcement to an attempt. In Soft mode, every rule
 // key the request is over holds it to its own episode.
-func (l *Layer) verdict(a *attempt) shed.Verdict {
+func (l *Layer) verdict(a *attempt) layerkit.Verdict {
 	if a.never {
 		if l.enf.DryRun {
-			return shed.AdmitDryRun
+			return layerkit.AdmitDryRun
 		}
-		return shed.Deny
+		return layerkit.Deny
 	}
 	if !a.overLimit && !a.overCeil {
-		return shed.Admit
+		return layerkit.Admit
 	}
 	var now time.Time // only soft episodes read it
-	var eps [MaxRules]*shed.Episode
+	var eps [MaxRules]*layerkit.Episode
 	if l.enf.Mode == shed.Soft {
 		now = l.clock.Now()
 		for i, k := range a.overKeys[:a.nOver] {
 			eps[i] = l.episodes.get(k, now.UnixNano())
 		}
 	}
-	return l.enf.DecideOver(now, !a.overCeil, eps[:a.nOver]...)
+	return layerkit.DecideOver(&l.enf, now, !a.overCeil, eps[:a.nOver]...)
 }
 
 // Acquire checks req against every rule that applies to it.
@@ -369,11 +371,11 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	v := l.verdict(&a)
 	var waited time.Duration
 	switch v {
-	case shed.Deny:
+	case layerkit.Deny:
 		l.refund(t, false)
 		l.recycle(t)
 		return shed.Lease{}, l.rejection(&req, &a, "rate limit exceeded")
-	case shed.Wait:
+	case layerkit.Wait:
 		l.refund(t, false)
 		var err error
 		a, v, waited, err = l.wait(ctx, req, a)
@@ -381,7 +383,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 			l.recycle(t)
 			return shed.Lease{}, err
 		}
-	case shed.AdmitDryRun:
+	case layerkit.AdmitDryRun:
 		// Admitted, but charged by no rule: the rules that admitted it give
 		// their units back, as they would had the request been rejected,
 		// so the layer goes on deciding as if it enforced.
@@ -394,8 +396,8 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	lease.Cost = a.cost
 	lease.Quota = a.tight
 	lease.Waited = waited
-	lease.Over = v == shed.AdmitOver
-	lease.DryRun = v == shed.AdmitDryRun
+	lease.Over = v == layerkit.AdmitOver
+	lease.DryRun = v == layerkit.AdmitDryRun
 	lease.Fallback = a.fallback
 	lease.MoreQuotas = t.n > 1
 	return lease, nil

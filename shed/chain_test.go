@@ -13,6 +13,9 @@ import (
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
+// t0 is the manual clocks' start.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
 // trace records, in order, what the layers of a chain did.
 type trace struct {
 	mu     sync.Mutex

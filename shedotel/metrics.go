@@ -29,7 +29,7 @@
 // Attributes are drawn from bounded sets only: layer, policy, priority,
 // result (admitted, rejected, would_reject, canceled), status, fallback, over,
 // outcome, signal. The gauges are read from layers implementing
-// shed.GaugeReporter when the MeterProvider collects, never on the request
+// layerkit.GaugeReporter when the MeterProvider collects, never on the request
 // path.
 package shedotel
 
@@ -55,7 +55,7 @@ type Config struct {
 	// MeterProvider creates the meter (default otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
 	// Layers are read at each collection when they implement
-	// shed.GaugeReporter (others are skipped). Gauge names outside shed's
+	// layerkit.GaugeReporter (others are skipped). Gauge names outside shed's
 	// standard set are recorded when a layer reports them here, at NewMetrics.
 	Layers []shed.Layer
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/worker"
 )
@@ -223,7 +224,7 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 		layers = []shed.Layer{rate, inFlight, fl, busy}
 	}
 	for _, l := range layers {
-		if g, ok := l.(shed.GaugeReporter); ok {
+		if g, ok := l.(layerkit.GaugeReporter); ok {
 			s.gauges = append(s.gauges, g)
 		}
 	}
