@@ -384,19 +384,23 @@ func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t
 }
 
 func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
-	q := l.refused(t)
-	if t.over == keyLimit {
-		if l.keyBy == KeyByClient {
-			rj := shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
-			rj.Layer = l.name
-			return rj
-		}
-		rj := shed.Shed("too many requests in flight for this route", l.retryAfter, q)
-		rj.Layer = l.name
-		return rj
+	return refusal(l.name, l.keyBy, t.over == keyLimit, l.retryAfter, l.refused(t))
+}
+
+// refusal is the rejection of a request over the limit q of the layer
+// called name, local or on Redis: a 429 over a client's own limit, a 503
+// over a route's or the overall one.
+func refusal(name string, keyBy KeyBy, overKey bool, retryAfter time.Duration, q shed.Quota) *shed.Rejection {
+	var rj *shed.Rejection
+	switch {
+	case overKey && keyBy == KeyByClient:
+		rj = shed.Throttled("too many requests in flight for this client", retryAfter, q)
+	case overKey:
+		rj = shed.Shed("too many requests in flight for this route", retryAfter, q)
+	default:
+		rj = shed.Shed("too many requests in flight", retryAfter, q)
 	}
-	rj := shed.Shed("too many requests in flight", l.retryAfter, q)
-	rj.Layer = l.name
+	rj.Layer = name
 	return rj
 }
 

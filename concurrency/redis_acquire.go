@@ -129,21 +129,11 @@ func (r *RedisLayer) neverFits(cost int64) which {
 }
 
 func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Rejection {
-	if over == keyLimit {
-		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
-		if r.keyBy == KeyByClient {
-			rj := shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
-			rj.Layer = r.name
-			return rj
-		}
-		rj := shed.Shed("too many requests in flight for this route", r.retryAfter, q)
-		rj.Layer = r.name
-		return rj
-	}
 	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
-	rj := shed.Shed("too many requests in flight", r.retryAfter, q)
-	rj.Layer = r.name
-	return rj
+	if over == keyLimit {
+		q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
+	}
+	return refusal(r.name, r.keyBy, over == keyLimit, r.retryAfter, q)
 }
 
 // run runs the acquire script within the timeout. Redis answering at all
