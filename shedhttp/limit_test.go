@@ -69,13 +69,10 @@ func TestLimitCloseLeavesNothingRunning(t *testing.T) {
 	if n := clock.Pending(); n != 0 {
 		t.Errorf("%d sampler timers still pending after Close", n)
 	}
-	// The sweepers' goroutines have returned before Close did; allow the
-	// runtime's own a moment to settle.
-	for range 100 {
-		if runtime.NumGoroutine() <= before {
-			break
-		}
-		runtime.Gosched()
+	// Each sweeper has closed its done channel before Close returned, but
+	// may not have returned itself yet: give them a bounded moment.
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Errorf("%d goroutines before the builds, %d after closing them", before, after)
