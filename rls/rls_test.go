@@ -197,7 +197,7 @@ func TestShadowModeCountsAndAnswersOK(t *testing.T) {
 	}
 	check(t, r.Statuses[0], want{pb.RateLimitResponse_OK, 0, 50 * time.Second, 1})
 	last := events[len(events)-1]
-	if !last.Over || last.Kind != shed.Admitted || last.Layer != "rls:api" || last.Policy != "beta.beta_x" {
+	if last.Kind != shed.WouldReject || last.Layer != "rls:api" || last.Policy != "beta.beta_x" {
 		t.Fatalf("shadow event %+v: want admitted, over, detailed policy", last)
 	}
 	// detailed_metric names stay bounded.

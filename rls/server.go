@@ -64,7 +64,9 @@ type Config struct {
 	// DefaultMaxEntryBytes). A request past them is INVALID_ARGUMENT.
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
 	// Observer receives one event per limit decided (Layer "rls:<domain>",
-	// Policy the limit's name or path), as the layers report theirs.
+	// Policy the limit's name or path): Admitted, Rejected, or WouldReject
+	// for a limit in shadow mode. No Released follows: the service holds
+	// no lease.
 	Observer shed.Observer
 	// OnResponse, when set, is told each response's domain (UnknownDomain
 	// for one the rules lack) and overall code.
@@ -87,6 +89,8 @@ type Server struct {
 	mu     sync.Mutex // serialises Reload and Close
 	table  atomic.Pointer[table]
 	closed bool
+
+	applied, refused atomic.Int64
 }
 
 // New compiles cfg.Domains and returns a Server answering from them.
@@ -388,7 +392,7 @@ func (s *Server) observe(domain string, c *checked) {
 	e := shed.Event{Layer: "rls:" + domain, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb}
 	if c.over {
 		if c.rule.shadow {
-			e.Over = true
+			e.Kind = shed.WouldReject
 		} else {
 			e.Kind, e.Status = shed.Rejected, 429
 		}
