@@ -3,6 +3,9 @@ package rls
 import (
 	"os"
 	"testing"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func copyFile(t *testing.T, from, to string) {
@@ -15,3 +18,7 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func wrapperspbUInt64(v uint64) *wrapperspb.UInt64Value { return wrapperspb.UInt64(v) }
+
+func wrap(ds ...*rlpb.RateLimitDescriptor) []*rlpb.RateLimitDescriptor { return ds }
