@@ -199,12 +199,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 
 	// Match first: replaces spans the whole request.
-	nodes := make([]*node, len(req.Descriptors))
+	var small [8]*node
+	nodes := small[:0]
+	if len(req.Descriptors) > len(small) {
+		nodes = make([]*node, 0, len(req.Descriptors))
+	}
+	nodes = nodes[:len(req.Descriptors)]
 	var replaced map[string]bool
 	if root != nil {
 		for i, d := range req.Descriptors {
-			es := d.Entries
-			nodes[i] = root.match(func(j int) (string, string) { return es[j].Key, es[j].Value }, len(es))
+			nodes[i] = root.match(d.Entries)
 			if n := nodes[i]; n != nil {
 				for _, l := range n.limits {
 					for _, r := range l.replaces {
@@ -232,16 +236,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
-		st, c := s.decide(ctx, req, d, n, replaced, domainLabel)
+		st, policy, period := s.decide(ctx, req, d, n, replaced, domainLabel)
 		resp.Statuses[i] = st
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			overall = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if c != nil && st.CurrentLimit != nil {
+		if st.CurrentLimit != nil {
 			// The tightest: an over-limit status first, else the least remaining.
 			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
 				(st.Code == tightest.Code && st.LimitRemaining < tightest.LimitRemaining) {
-				tightest, tightestPolicy, tightestPeriod = st, c.policy, c.rule.period
+				tightest, tightestPolicy, tightestPeriod = st, policy, period
 			}
 		}
 	}
@@ -267,7 +271,7 @@ func hits(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
 // decide runs a descriptor's limits: every one must admit; when one does
 // not, the units the others took are given back. The status is the
 // rejecting limit's, else the one with the least remaining.
-func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, domain string) (*pb.RateLimitResponse_DescriptorStatus, *checked) {
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, domain string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
 	key := descriptorKey(d.Entries)
 	h := hits(req, d)
 	cost := int64(min(h, math.MaxInt64))
@@ -332,7 +336,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		s.observe(domain, &cs[i])
 	}
 	if pick == nil { // every limit replaced
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, nil
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, "", 0
 	}
 	code := pb.RateLimitResponse_OK
 	if pick.over && !pick.rule.shadow {
@@ -343,7 +347,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		CurrentLimit:       pick.rule.current,
 		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
-	}, pick
+	}, pick.policy, pick.rule.period
 }
 
 // allow takes cost units, reporting whether the store's local fallback

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/loadshed/loadshed/ratelimit"
@@ -54,10 +55,11 @@ type limitRule struct {
 // does: level by level, an entry matches its key and value, else a
 // wildcard value, else its key alone; the rule applies only when its node
 // is reached by the descriptor's last entry.
-func (n *node) match(key func(i int) (string, string), count int) *node {
+func (n *node) match(es []*rlpb.RateLimitDescriptor_Entry) *node {
 	cur := n
-	for i := 0; i < count; i++ {
-		k, v := key(i)
+	count := len(es)
+	for i, e := range es {
+		k, v := e.Key, e.Value
 		next := cur.children[entry{k, v}]
 		if next == nil {
 			for _, w := range cur.wildcards {
