@@ -24,7 +24,9 @@
 // check without counting) is the cost; is_negative_hits gives units back.
 // shadow_mode decides and records but answers OK; unlimited answers OK
 // with no limit; a limit named in another matched limit's replaces is
-// skipped; requests_per_unit 0 rejects everything. An unknown domain, or a
+// skipped; requests_per_unit 0 rejects everything; a descriptor's own
+// limit (the request's override) is a fixed window of that limit, in a
+// known domain, for up to MaxOverrides distinct limits. An unknown domain, or a
 // descriptor no rule matches, is OK without a limit, as there. An empty
 // domain or descriptor list, or a request past Config's bounds (the
 // number of descriptors and entries, the length of a key or value) or not

@@ -359,3 +359,20 @@ func TestLoadDirectoryAndLoadshedFile(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestLimitOverride(t *testing.T) {
+	s, _ := testServer(t, Config{}, "api.yaml")
+	d := desc("remote_address=10.0.0.9")
+	d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 2} // a minute
+	check(t, ask(t, s, "api", d).Statuses[0], want{pb.RateLimitResponse_OK, 0, 50 * time.Second, 1})
+	check(t, ask(t, s, "api", d).Statuses[0], want{pb.RateLimitResponse_OVER_LIMIT, 0, 50 * time.Second, 1})
+	// Applies to descriptors no rule matches, in known domains only.
+	other := desc("nothing=here")
+	other.Limit = d.Limit
+	check(t, ask(t, s, "api", other).Statuses[0], want{pb.RateLimitResponse_OK, 0, 50 * time.Second, 1})
+	check(t, ask(t, s, "nobody", other).Statuses[0], want{code: pb.RateLimitResponse_OK})
+	// Unknown unit: ignored, the rules apply.
+	bad := desc("remote_address=10.0.0.9")
+	bad.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}
+	check(t, ask(t, s, "api", bad).Statuses[0], want{pb.RateLimitResponse_OK, 2, 50 * time.Second, 3})
+}

@@ -91,6 +91,55 @@ type Server struct {
 	closed bool
 
 	applied, refused atomic.Int64
+
+	overrides  sync.Map // overrideKey → *node
+	nOverrides atomic.Int32
+}
+
+// MaxOverrides bounds the distinct limits requests may bring in their
+// descriptors' limit field; past it, further ones are ignored and the
+// rules apply.
+const MaxOverrides = 64
+
+type overrideKey struct {
+	rpu  uint32
+	unit pb.RateLimitResponse_RateLimit_Unit
+}
+
+// override returns the rule of a limit a request brings: a fixed window of
+// requests_per_unit per unit, as envoyproxy/ratelimit applies it; nil when
+// it is invalid or past MaxOverrides.
+func (s *Server) override(o *rlpb.RateLimitDescriptor_RateLimitOverride) *node {
+	k := overrideKey{o.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(o.Unit)}
+	if n, ok := s.overrides.Load(k); ok {
+		return n.(*node)
+	}
+	period, ok := unitPeriods[k.unit]
+	if !ok {
+		return nil
+	}
+	if s.nOverrides.Add(1) > MaxOverrides {
+		s.nOverrides.Add(-1)
+		return nil
+	}
+	l := Limit{RequestsPerUnit: k.rpu, Unit: k.unit, Period: period, Algorithm: ratelimit.FixedWindow}
+	lr := &limitRule{policy: "override", period: period, current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: k.rpu, Unit: k.unit}}
+	if k.rpu > 0 {
+		st, err := s.newStore("", fmt.Sprintf("override|%d|%v", k.rpu, k.unit), &l)
+		if err != nil {
+			s.nOverrides.Add(-1)
+			return nil
+		}
+		lr.store = st
+	}
+	n, loaded := s.overrides.LoadOrStore(k, &node{limits: []*limitRule{lr}, shared: true})
+	if loaded {
+		s.nOverrides.Add(-1)
+		if c, ok := lr.store.(interface{ Close() error }); ok {
+			c.Close()
+		}
+	}
+	return n.(*node)
 }
 
 // New compiles cfg.Domains and returns a Server answering from them.
@@ -155,6 +204,12 @@ func (s *Server) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.table.Load().close(nil)
+		s.overrides.Range(func(_, n any) bool {
+			if c, ok := n.(*node).limits[0].store.(interface{ Close() error }); ok {
+				c.Close()
+			}
+			return true
+		})
 	}
 	return nil
 }
@@ -209,6 +264,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if root != nil {
 		for i, d := range req.Descriptors {
 			nodes[i] = root.match(d.Entries)
+			if o := d.GetLimit(); o != nil {
+				if n := s.override(o); n != nil {
+					nodes[i] = n
+				}
+			}
 			if n := nodes[i]; n != nil {
 				for _, l := range n.limits {
 					for _, r := range l.replaces {
@@ -272,7 +332,11 @@ func hits(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
 // not, the units the others took are given back. The status is the
 // rejecting limit's, else the one with the least remaining.
 func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, domain string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
-	key := descriptorKey(d.Entries)
+	shared := ""
+	if n.shared {
+		shared = domain
+	}
+	key := descriptorKey(shared, d.Entries)
 	h := hits(req, d)
 	cost := int64(min(h, math.MaxInt64))
 	var buf [4]checked
@@ -405,14 +469,18 @@ func (s *Server) observe(domain string, c *checked) {
 }
 
 // descriptorKey is the key a descriptor is counted under within one
-// limit: every entry's key and value, length-prefixed so that no two
-// descriptors share one.
-func descriptorKey(es []*rlpb.RateLimitDescriptor_Entry) string {
-	n := 0
+// limit: every entry's key and value (after the domain, for a limit all
+// domains share), length-prefixed so that no two descriptors share one.
+func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry) string {
+	n := len(domain) + 1
 	for _, e := range es {
 		n += len(e.Key) + len(e.Value) + 8
 	}
 	b := make([]byte, 0, n)
+	if domain != "" {
+		b = append(b, domain...)
+		b = append(b, 0)
+	}
 	for _, e := range es {
 		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
 		b = append(b, ':')

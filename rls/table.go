@@ -38,6 +38,7 @@ type node struct {
 	unlimited bool
 	detailed  bool
 	name      string // the path below the domain: "key_value.key"
+	shared    bool   // a request's own limit, shared by every domain
 }
 
 type limitRule struct {
