@@ -170,10 +170,13 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		},
 	}
 	if f.redis != "" {
+		// The store's own timeout ends a call first; the socket's is a
+		// backstop past it.
+		sock := max(200*time.Millisecond, 2*f.redisTimeout)
 		client := redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs: strings.Split(f.redis, ","), MasterName: f.redisMaster,
 			Password: os.Getenv("LOADSHED_REDIS_PASSWORD"), ContextTimeoutEnabled: true,
-			DialTimeout: time.Second, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+			DialTimeout: time.Second, ReadTimeout: sock, WriteTimeout: sock,
 		})
 		defer client.Close()
 		cfg.Redis = client

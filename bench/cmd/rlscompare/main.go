@@ -33,12 +33,14 @@ func main() {
 	envoyAddr := flag.String("envoy", "", "envoyproxy/ratelimit's gRPC address")
 	loadshedAddr := flag.String("loadshed", "", "loadshed serve's gRPC address (exact mode)")
 	batchedAddr := flag.String("batched", "", "loadshed serve's gRPC address in batched mode (optional)")
+	memoryAddr := flag.String("memory", "", "loadshed serve's gRPC address with counts in memory: the gRPC path's own bound on this machine (optional)")
 	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
 	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
 	conc := flag.Int("c", 32, "concurrent requests in flight in the load run")
 	clients := flag.Int("clients", 1000, "distinct client values in the load run (100 a second each)")
+	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, batched, memory: their CPU per decision (optional, Linux)")
 	flag.Parse()
 	if *envoyAddr == "" || *loadshedAddr == "" {
 		flag.Usage()
@@ -61,8 +63,8 @@ func main() {
 		defer rc.Close()
 	}
 	fmt.Printf("\n## Load: %d in flight, %v each, %d clients at 100/s each\n\n", *conc, *dur, *clients)
-	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | Redis CPU µs/decision |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | service CPU µs/decision | Redis CPU µs/decision |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	targets := []struct {
 		name string
 		c    pb.RateLimitServiceClient
@@ -73,8 +75,19 @@ func main() {
 			c    pb.RateLimitServiceClient
 		}{"loadshed serve (batched)", dial(*batchedAddr)})
 	}
-	for _, t := range targets {
-		load(t.name, t.c, rc, run, *dur, *conc, *clients)
+	if *memoryAddr != "" {
+		targets = append(targets, struct {
+			name string
+			c    pb.RateLimitServiceClient
+		}{"loadshed serve (memory, no Redis)", dial(*memoryAddr)})
+	}
+	pidList := strings.Split(*pids, ",")
+	for i, t := range targets {
+		pid := ""
+		if i < len(pidList) {
+			pid = pidList[i]
+		}
+		load(t.name, t.c, rc, pid, run+strconv.Itoa(i), *dur, *conc, *clients)
 	}
 }
 
@@ -249,13 +262,30 @@ func redisCPU(rc *redis.Client) float64 {
 	return total
 }
 
-func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, run string, dur time.Duration, conc, clients int) {
+// processCPU is a process's CPU time in seconds, from /proc (0 elsewhere).
+func processCPU(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if pid == "" || err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100
+}
+
+func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run string, dur time.Duration, conc, clients int) {
 	ctx := context.Background()
 	// Warm up: connections, scripts, the first keys.
 	for i := range 200 {
 		c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+"w"+strconv.Itoa(i%clients))}})
 	}
-	cpu0 := redisCPU(rc)
+	cpu0, pcpu0 := redisCPU(rc), processCPU(pid)
 	var total, over atomic.Int64
 	lat := make([][]time.Duration, conc)
 	var wg sync.WaitGroup
@@ -267,7 +297,7 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, run string
 			r := rand.New(rand.NewPCG(uint64(w), 11))
 			ls := make([]time.Duration, 0, 1<<16)
 			for time.Now().Before(deadline) {
-				req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+name[:1]+strconv.Itoa(r.IntN(clients)))}}
+				req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+"-"+strconv.Itoa(r.IntN(clients)))}}
 				t0 := time.Now()
 				resp, err := c.ShouldRateLimit(ctx, req)
 				ls = append(ls, time.Since(t0))
@@ -283,7 +313,7 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, run string
 		}()
 	}
 	wg.Wait()
-	cpu := redisCPU(rc) - cpu0
+	cpu, pcpu := redisCPU(rc)-cpu0, processCPU(pid)-pcpu0
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -296,9 +326,12 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, run string
 		return all[min(len(all)-1, int(p*float64(len(all))))].Round(time.Microsecond)
 	}
 	n := total.Load()
-	perDecision := "-"
+	perDecision, service := "-", "-"
 	if rc != nil && n > 0 {
 		perDecision = fmt.Sprintf("%.1f", cpu/float64(n)*1e6)
 	}
-	fmt.Printf("| %s | %.0f | %v | %v | %v | %.1f%% | %s |\n", name, float64(n)/dur.Seconds(), q(0.5), q(0.99), q(0.999), 100*float64(over.Load())/float64(max(n, 1)), perDecision)
+	if pid != "" && n > 0 {
+		service = fmt.Sprintf("%.1f", pcpu/float64(n)*1e6)
+	}
+	fmt.Printf("| %s | %.0f | %v | %v | %v | %.1f%% | %s | %s |\n", name, float64(n)/dur.Seconds(), q(0.5), q(0.99), q(0.999), 100*float64(over.Load())/float64(max(n, 1)), service, perDecision)
 }
