@@ -104,6 +104,24 @@ func TestRedisSemantics(t *testing.T) {
 		t.Fatalf("check of the pair: %v", r)
 	}
 
+	// Several descriptors, decided in parallel, each its own status.
+	r = ask(t, a, "day", desc("user=u5"), desc("user=u6"), desc("pair=q"), desc("nothing"), desc("user=u5"))
+	if r.OverallCode != pb.RateLimitResponse_OK || len(r.Statuses) != 5 {
+		t.Fatalf("five descriptors: %v", r)
+	}
+	for i, w := range map[int]uint32{1: 2, 2: 1, 3: 0} {
+		if got := r.Statuses[i].LimitRemaining; got != w {
+			t.Errorf("descriptor %d: %d remaining, want %d", i, got, w)
+		}
+	}
+	// u5 twice: counted twice, in either order.
+	if a, b := r.Statuses[0].LimitRemaining, r.Statuses[4].LimitRemaining; a+b != 3 || a*b != 2 {
+		t.Errorf("u5 twice: %d and %d remaining, want 2 and 1", a, b)
+	}
+	if r.Statuses[3].CurrentLimit != nil {
+		t.Fatalf("no rule: %v", r.Statuses[3])
+	}
+
 	// Shadow mode: over, but OK.
 	for range 3 {
 		if r := ask(t, a, "day", desc("shadow=s")); r.OverallCode != pb.RateLimitResponse_OK {

@@ -96,6 +96,9 @@ type Server struct {
 	nOverrides atomic.Int32
 }
 
+// maxParallel bounds the goroutines one request decides its descriptors on.
+const maxParallel = 8
+
 // MaxOverrides bounds the distinct limits requests may bring in their
 // descriptors' limit field; past it, further ones are ignored and the
 // rules apply.
@@ -282,22 +285,61 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 
+	// Decide: on Redis, several counted descriptors in parallel, so that a
+	// request costs about one round trip, as envoyproxy/ratelimit's
+	// pipeline does.
+	type decided struct {
+		policy string
+		period time.Duration
+	}
+	var smallD [8]decided
+	ds := smallD[:0]
+	if len(req.Descriptors) > len(smallD) {
+		ds = make([]decided, 0, len(req.Descriptors))
+	}
+	ds = ds[:len(req.Descriptors)]
+	counted := 0
+	for i, n := range nodes {
+		switch {
+		case n == nil:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		case n.unlimited && len(n.limits) == 0:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		default:
+			counted++
+		}
+	}
+	one := func(i int) {
+		resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, domainLabel)
+	}
+	if s.cfg.Redis != nil && counted > 1 {
+		var next atomic.Int32
+		var wg sync.WaitGroup
+		for range min(counted, maxParallel) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
+					if resp.Statuses[i] == nil {
+						one(i)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	} else {
+		for i := range nodes {
+			if resp.Statuses[i] == nil {
+				one(i)
+			}
+		}
+	}
+
 	overall := pb.RateLimitResponse_OK
 	var tightest *pb.RateLimitResponse_DescriptorStatus
 	var tightestPolicy string
 	var tightestPeriod time.Duration
-	for i, d := range req.Descriptors {
-		n := nodes[i]
-		switch {
-		case n == nil:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
-			continue
-		case n.unlimited && len(n.limits) == 0:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		}
-		st, policy, period := s.decide(ctx, req, d, n, replaced, domainLabel)
-		resp.Statuses[i] = st
+	for i, st := range resp.Statuses {
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			overall = pb.RateLimitResponse_OVER_LIMIT
 		}
@@ -305,7 +347,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			// The tightest: an over-limit status first, else the least remaining.
 			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
 				(st.Code == tightest.Code && st.LimitRemaining < tightest.LimitRemaining) {
-				tightest, tightestPolicy, tightestPeriod = st, policy, period
+				tightest, tightestPolicy, tightestPeriod = st, ds[i].policy, ds[i].period
 			}
 		}
 	}
