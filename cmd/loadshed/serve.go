@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/loadshed/loadshed/internal/telemetry"
@@ -207,7 +208,15 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		fmt.Fprintf(stderr, "loadshed serve: %v\n", err)
 		return 1
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(f.maxMsgBytes), grpc.MaxConcurrentStreams(uint32(max(f.maxStreams, 1))))
+	// Each connection holds at most max-streams calls, each at most
+	// max-msg-bytes; a peer that stops reading stalls only its own streams
+	// (HTTP/2 flow control), and one that is gone is found by keepalive.
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(f.maxMsgBytes),
+		grpc.MaxConcurrentStreams(uint32(max(f.maxStreams, 1))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
 	pb.RegisterRateLimitServiceServer(gs, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
