@@ -84,6 +84,11 @@ L_GRPC=$(free_port); L_HTTP=$(free_port)
   -grpc-addr "127.0.0.1:$L_GRPC" -http-addr "127.0.0.1:$L_HTTP" -watch=false >"$WORK/loadshed.log" 2>&1 &
 PIDS+=($!)
 
+U_GRPC=$(free_port); U_HTTP=$(free_port)
+"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -pipeline 0 \
+  -grpc-addr "127.0.0.1:$U_GRPC" -http-addr "127.0.0.1:$U_HTTP" -watch=false >"$WORK/unpipelined.log" 2>&1 &
+PIDS+=($!)
+
 B_GRPC=$(free_port); B_HTTP=$(free_port)
 "$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -batch 0.1 \
   -grpc-addr "127.0.0.1:$B_GRPC" -http-addr "127.0.0.1:$B_HTTP" -watch=false >"$WORK/batched.log" 2>&1 &
@@ -96,6 +101,7 @@ PIDS+=($!)
 
 wait_port "$E_GRPC" envoyproxy/ratelimit
 wait_port "$L_GRPC" "loadshed serve"
+wait_port "$U_GRPC" "loadshed serve -pipeline 0"
 wait_port "$B_GRPC" "loadshed serve -batch"
 wait_port "$M_GRPC" "loadshed serve (memory)"
 
@@ -103,13 +109,13 @@ echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
 echo
-"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -batched "127.0.0.1:$B_GRPC" -memory "127.0.0.1:$M_GRPC" \
+"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -memory "127.0.0.1:$M_GRPC" \
   -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$(IFS=,; echo "${PIDS[*]}")" "$@"
 
 # Decisions taken from the local share because Redis did not answer within
 # the store's timeout: they are not exact, and a fair row has none.
 echo
-for s in "exact $L_HTTP" "batched $B_HTTP"; do
+for s in "exact $L_HTTP" "exact,-pipeline-0 $U_HTTP" "batched $B_HTTP"; do
   set -- $s
   n=$(curl -s "127.0.0.1:$2/metrics" | awk '/^loadshed_requests_total\{.*fallback="true"/ {s += $2} END {print s + 0}')
   echo "loadshed serve ($1): $n decisions from the local fallback share"

@@ -2,7 +2,10 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,5 +149,57 @@ func TestRedisDownFallsBackWithoutError(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("codes %v, want %v", got, want)
 		}
+	}
+}
+
+func TestRedisPipelinedCountsExactly(t *testing.T) {
+	redistest.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	stop := Pipeline(c, 2)
+	t.Cleanup(stop)
+	prefix := strings.NewReplacer("{", "(", "}", ")").Replace(redistest.Prefix(t))
+	d, errs := ParseEnvoyConfig("p.yaml", []byte("domain: p\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 50}\n"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	s, err := New(Config{Domains: []Domain{d}, Redis: c, RedisStore: ratelimit.RedisConfig{Prefix: prefix, ExpectedInstances: 1, Timeout: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var ok, over atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				r, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "p", Descriptors: wrap(desc("user=same"), desc("user=other"))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Statuses[0].Code == pb.RateLimitResponse_OK {
+					ok.Add(1)
+				} else {
+					over.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 50 || over.Load() != 78 {
+		t.Fatalf("%d admitted and %d over of 128, want exactly 50 and 78", ok.Load(), over.Load())
+	}
+	// A caller gone before its answer gets its context's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.EvalSha(ctx, "0000000000000000000000000000000000000000", nil).Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled caller: %v", err)
+	}
+	// Other commands pass through unchanged.
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -57,6 +57,7 @@ type serveFlags struct {
 	maxDescriptors             int
 	redisTimeout               time.Duration
 	batch                      float64
+	pipeline                   int
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -93,6 +94,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	integer(&f.maxStreams, "max-streams", "LOADSHED_MAX_STREAMS", 1000, "most concurrent gRPC streams per connection")
 	integer(&f.maxDescriptors, "max-descriptors", "LOADSHED_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "most descriptors in one request")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", envDuration("LOADSHED_REDIS_TIMEOUT", 0), "one decision's Redis round trip; past it the local share decides (default the store's) [LOADSHED_REDIS_TIMEOUT]")
+	integer(&f.pipeline, "pipeline", "LOADSHED_PIPELINE", 4, "Redis: send concurrent decisions' scripts together, on this many connections at once (0: one round trip each)")
 	fs.Float64Var(&f.batch, "batch", envFloat("LOADSHED_BATCH", 0), "batched mode: lease this fraction of each limit per round trip (0: exact) [LOADSHED_BATCH]")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -174,12 +176,19 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		// The store's own timeout ends a call first; the socket's is a
 		// backstop past it.
 		sock := max(200*time.Millisecond, 2*f.redisTimeout)
-		client := redis.NewUniversalClient(&redis.UniversalOptions{
+		opts := &redis.UniversalOptions{
 			Addrs: strings.Split(f.redis, ","), MasterName: f.redisMaster,
 			Password: os.Getenv("LOADSHED_REDIS_PASSWORD"), ContextTimeoutEnabled: true,
 			DialTimeout: time.Second, ReadTimeout: sock, WriteTimeout: sock,
-		})
+		}
+		if f.pipeline > 0 {
+			opts.MaxRetries = -1 // a pipeline re-sent would run its scripts twice
+		}
+		client := redis.NewUniversalClient(opts)
 		defer client.Close()
+		if f.pipeline > 0 {
+			defer rls.Pipeline(client, f.pipeline)()
+		}
 		cfg.Redis = client
 		cfg.RedisStore.Timeout = f.redisTimeout
 		cfg.RedisStore.Batch.Fraction = f.batch

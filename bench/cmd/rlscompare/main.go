@@ -33,6 +33,7 @@ func main() {
 	envoyAddr := flag.String("envoy", "", "envoyproxy/ratelimit's gRPC address")
 	loadshedAddr := flag.String("loadshed", "", "loadshed serve's gRPC address (exact mode)")
 	batchedAddr := flag.String("batched", "", "loadshed serve's gRPC address in batched mode (optional)")
+	unpipedAddr := flag.String("unpipelined", "", "loadshed serve's gRPC address in exact mode with -pipeline 0 (optional)")
 	memoryAddr := flag.String("memory", "", "loadshed serve's gRPC address with counts in memory: the gRPC path's own bound on this machine (optional)")
 	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
@@ -40,7 +41,7 @@ func main() {
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
 	conc := flag.Int("c", 32, "concurrent requests in flight in the load run")
 	clients := flag.Int("clients", 1000, "distinct client values in the load run (100 a second each)")
-	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, batched, memory: their CPU per decision (optional, Linux)")
+	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, unpipelined, batched, memory: their CPU per decision (optional, Linux)")
 	flag.Parse()
 	if *envoyAddr == "" || *loadshedAddr == "" {
 		flag.Usage()
@@ -69,6 +70,12 @@ func main() {
 		name string
 		c    pb.RateLimitServiceClient
 	}{{"envoyproxy/ratelimit", envoy}, {"loadshed serve (exact)", ls}}
+	if *unpipedAddr != "" {
+		targets = append(targets, struct {
+			name string
+			c    pb.RateLimitServiceClient
+		}{"loadshed serve (exact, -pipeline 0)", dial(*unpipedAddr)})
+	}
 	if *batchedAddr != "" {
 		targets = append(targets, struct {
 			name string
