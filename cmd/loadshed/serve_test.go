@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/loadshed/loadshed/internal/redistest"
 )
 
 // syncBuffer is a bytes.Buffer the server's goroutines may write to.
@@ -223,5 +225,31 @@ func TestServeUsage(t *testing.T) {
 	}
 	if code, _, errOut := runCmd("serve", "-config", "../../rls/testdata/bad.yaml"); code != 1 || !strings.Contains(errOut, "bad.yaml:5:13") {
 		t.Errorf("serve of a bad file: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestServeOnRedis(t *testing.T) {
+	redistest.Client(t) // skips, or fails under scripts/test.sh, without a server
+	g, h, _ := startServe(t, "-config", "../../rls/testdata/loadshed-extras.yaml", "-redis", redistest.Addr(t))
+	client := pb.NewRateLimitServiceClient(dial(t, g))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A value of this run's own: the server keeps other runs' counts.
+	req := &pb.RateLimitRequest{Domain: "extras", Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "client", Value: redistest.Prefix(t)}}}}}
+	var got []pb.RateLimitResponse_Code
+	for range 3 {
+		r, err := client.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.OverallCode)
+	}
+	// 2 a second: the third within the second is over (or, when a second
+	// turned between the calls, OK again: never over before the third).
+	if got[0] != pb.RateLimitResponse_OK || got[1] != pb.RateLimitResponse_OK && got[2] == pb.RateLimitResponse_OK {
+		t.Fatalf("codes %v", got)
+	}
+	if m := get(t, "http://"+h+"/metrics"); strings.Contains(m, `fallback="true"`) {
+		t.Errorf("decisions from the fallback with Redis up:\n%s", m)
 	}
 }
