@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,10 +289,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	// Decide: on Redis, several counted descriptors in parallel, so that a
 	// request costs about one round trip, as envoyproxy/ratelimit's
 	// pipeline does.
-	type decided struct {
-		policy string
-		period time.Duration
-	}
 	var smallD [8]decided
 	ds := smallD[:0]
 	if len(req.Descriptors) > len(smallD) {
@@ -309,28 +306,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			counted++
 		}
 	}
-	one := func(i int) {
-		resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, domainLabel)
-	}
 	if s.cfg.Redis != nil && counted > 1 {
-		var next atomic.Int32
-		var wg sync.WaitGroup
-		for range min(counted, maxParallel) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
-					if resp.Statuses[i] == nil {
-						one(i)
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		// Copies, so that the goroutines never hold this frame's arrays.
+		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, domainLabel, resp.Statuses, counted))
 	} else {
-		for i := range nodes {
+		for i, n := range nodes {
 			if resp.Statuses[i] == nil {
-				one(i)
+				resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], n, replaced, domainLabel)
 			}
 		}
 	}
@@ -359,6 +341,33 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		s.cfg.OnResponse(domainLabel, overall)
 	}
 	return resp, nil
+}
+
+// decided is what a descriptor's status came from, for the headers.
+type decided struct {
+	policy string
+	period time.Duration
+}
+
+// decideParallel decides the descriptors whose status is still nil on at
+// most maxParallel goroutines.
+func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, nodes []*node, replaced map[string]bool, domain string, statuses []*pb.RateLimitResponse_DescriptorStatus, counted int) []decided {
+	ds := make([]decided, len(nodes))
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range min(counted, maxParallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
+				if statuses[i] == nil {
+					statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, domain)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ds
 }
 
 // hits is a descriptor's hits_addend: its own when set (0 checks), else
