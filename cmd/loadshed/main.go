@@ -9,7 +9,9 @@
 // column; it exits 1 when any file has one. print shows the effective
 // configuration, defaults filled in, as tables. try builds the file's
 // chain in memory (Redis stores replaced by in-memory ones) and sends it n
-// requests, printing each decision with its response headers.
+// requests, printing each decision with its response headers. serve runs
+// Envoy's Rate Limit Service (package rls) from a loadshed file or a
+// directory of envoyproxy/ratelimit files, over gRPC and POST /json.
 //
 // Install it with
 //
