@@ -77,40 +77,46 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   HOST=127.0.0.1 PORT="$E_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$E_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$E_DEBUG" \
   "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
-PIDS+=($!)
+E_PID=$!; PIDS+=($!)
 
 L_GRPC=$(free_port); L_HTTP=$(free_port)
 "$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" \
   -grpc-addr "127.0.0.1:$L_GRPC" -http-addr "127.0.0.1:$L_HTTP" -watch=false >"$WORK/loadshed.log" 2>&1 &
-PIDS+=($!)
+L_PID=$!; PIDS+=($!)
 
 U_GRPC=$(free_port); U_HTTP=$(free_port)
 "$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -pipeline 0 \
   -grpc-addr "127.0.0.1:$U_GRPC" -http-addr "127.0.0.1:$U_HTTP" -watch=false >"$WORK/unpipelined.log" 2>&1 &
-PIDS+=($!)
+U_PID=$!; PIDS+=($!)
 
 B_GRPC=$(free_port); B_HTTP=$(free_port)
 "$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -batch 0.1 \
   -grpc-addr "127.0.0.1:$B_GRPC" -http-addr "127.0.0.1:$B_HTTP" -watch=false >"$WORK/batched.log" 2>&1 &
-PIDS+=($!)
+B_PID=$!; PIDS+=($!)
+
+C_GRPC=$(free_port); C_HTTP=$(free_port)
+"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -batch 0.1 \
+  -grpc-addr "127.0.0.1:$C_GRPC" -http-addr "127.0.0.1:$C_HTTP" -watch=false >"$WORK/batched2.log" 2>&1 &
+C_PID=$!; PIDS+=($!)
 
 M_GRPC=$(free_port); M_HTTP=$(free_port)
 "$BIN/loadshed" serve -config bench/rls/config \
   -grpc-addr "127.0.0.1:$M_GRPC" -http-addr "127.0.0.1:$M_HTTP" -watch=false >"$WORK/memory.log" 2>&1 &
-PIDS+=($!)
+M_PID=$!; PIDS+=($!)
 
 wait_port "$E_GRPC" envoyproxy/ratelimit
 wait_port "$L_GRPC" "loadshed serve"
 wait_port "$U_GRPC" "loadshed serve -pipeline 0"
 wait_port "$B_GRPC" "loadshed serve -batch"
+wait_port "$C_GRPC" "loadshed serve -batch, a second instance"
 wait_port "$M_GRPC" "loadshed serve (memory)"
 
 echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
 echo
-"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -memory "127.0.0.1:$M_GRPC" \
-  -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$(IFS=,; echo "${PIDS[*]}")" "$@"
+"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
+  -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
 # Decisions taken from the local share because Redis did not answer within
 # the store's timeout: they are not exact, and a fair row has none.

@@ -34,6 +34,7 @@ func main() {
 	loadshedAddr := flag.String("loadshed", "", "loadshed serve's gRPC address (exact mode)")
 	batchedAddr := flag.String("batched", "", "loadshed serve's gRPC address in batched mode (optional)")
 	unpipedAddr := flag.String("unpipelined", "", "loadshed serve's gRPC address in exact mode with -pipeline 0 (optional)")
+	batched2Addr := flag.String("batched2", "", "a second loadshed serve in batched mode on the same Redis, for the overshoot check (optional)")
 	memoryAddr := flag.String("memory", "", "loadshed serve's gRPC address with counts in memory: the gRPC path's own bound on this machine (optional)")
 	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
@@ -55,6 +56,14 @@ func main() {
 	fmt.Printf("\n## Agreement: %d requests, seed %d, with hits_addend 0, 2 and 3\n\n", *steps, *seed)
 	agree(envoy, ls, sequence(run+"h", *steps, *seed, true))
 
+	if *batchedAddr != "" && *batched2Addr != "" {
+		fmt.Printf("\n## Overshoot: 300 requests on one key of 100 an hour, alternating between two instances\n\n")
+		fmt.Println("| service | admitted | bound |")
+		fmt.Println("|---|---|---|")
+		overshoot("envoyproxy/ratelimit", run+"e", envoy, envoy, "100")
+		overshoot("loadshed serve, exact (two requests to one instance each)", run+"x", ls, ls, "100")
+		overshoot("loadshed serve, batched, two instances", run+"b", dial(*batchedAddr), dial(*batched2Addr), "100 + 2 × (10 − 1) = 118")
+	}
 	if *dur <= 0 {
 		return
 	}
@@ -215,6 +224,31 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 			fmt.Println(d)
 		}
 	}
+}
+
+// overshoot sends 300 requests for one key, alternating between a and b,
+// 16 at a time, and prints how many were admitted.
+func overshoot(name, key string, a, b pb.RateLimitServiceClient, bound string) {
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range 300 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("overshoot", key)}})
+			if err == nil && r.OverallCode == pb.RateLimitResponse_OK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("| %s | %d | %s |\n", name, ok.Load(), bound)
 }
 
 func abs(x int64) int64 {
