@@ -30,7 +30,8 @@
 // descriptor no rule matches, is OK without a limit, as there. An empty
 // domain or descriptor list, or a request past Config's bounds (the
 // number of descriptors and entries, the length of a key or value) or not
-// UTF-8, is INVALID_ARGUMENT. With Config.RateLimitHeaders the tightest
+// UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never gets that far:
+// gRPC's decoder refuses the message as INTERNAL; over JSON it is a 400). With Config.RateLimitHeaders the tightest
 // limit's RateLimit and RateLimit-Policy fields go into
 // response_headers_to_add.
 //

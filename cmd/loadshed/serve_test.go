@@ -253,3 +253,30 @@ func TestServeOnRedis(t *testing.T) {
 		t.Errorf("decisions from the fallback with Redis up:\n%s", m)
 	}
 }
+
+// rawCodec sends bytes as they are, so that a test can send what no
+// protobuf library would encode.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
+
+func TestServeInvalidUTF8OnTheWire(t *testing.T) {
+	g, _, _ := startServe(t, "-config", "../../rls/testdata/api.yaml")
+	conn := dial(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// RateLimitRequest{domain: "\xff\xfe"}: field 1, length 2.
+	var out []byte
+	err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", []byte{0x0a, 0x02, 0xff, 0xfe}, &out, grpc.ForceCodec(rawCodec{}))
+	// gRPC's decoder refuses it, as INTERNAL, before the service sees it.
+	if c := status.Code(err); c != codes.Internal || !strings.Contains(err.Error(), "invalid UTF-8") {
+		t.Fatalf("invalid UTF-8: %v, want INTERNAL from the decoder", err)
+	}
+	// The server is still there.
+	r, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "path", Value: "/healthz"}}}}})
+	if err != nil || r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("after invalid UTF-8: %v %v", r, err)
+	}
+}
