@@ -48,10 +48,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# free_port picks a port nothing listens on, below Linux's ephemeral range
+# (32768 and up), where the load's own client connections cannot hold it.
 free_port() {
   local port
   for _ in $(seq 1 100); do
-    port=$(( (RANDOM % 20000) + 30000 ))
+    port=$(( (RANDOM % 12000) + 20000 ))
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
   done
   echo "rls-compare.sh: no free port" >&2; exit 1
@@ -79,30 +81,25 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
 E_PID=$!; PIDS+=($!)
 
-L_GRPC=$(free_port); L_HTTP=$(free_port)
-"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" \
-  -grpc-addr "127.0.0.1:$L_GRPC" -http-addr "127.0.0.1:$L_HTTP" -watch=false >"$WORK/loadshed.log" 2>&1 &
-L_PID=$!; PIDS+=($!)
-
-U_GRPC=$(free_port); U_HTTP=$(free_port)
-"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -pipeline 0 \
-  -grpc-addr "127.0.0.1:$U_GRPC" -http-addr "127.0.0.1:$U_HTTP" -watch=false >"$WORK/unpipelined.log" 2>&1 &
-U_PID=$!; PIDS+=($!)
-
-B_GRPC=$(free_port); B_HTTP=$(free_port)
-"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -batch 0.1 \
-  -grpc-addr "127.0.0.1:$B_GRPC" -http-addr "127.0.0.1:$B_HTTP" -watch=false >"$WORK/batched.log" 2>&1 &
-B_PID=$!; PIDS+=($!)
-
-C_GRPC=$(free_port); C_HTTP=$(free_port)
-"$BIN/loadshed" serve -config bench/rls/config -redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT" -batch 0.1 \
-  -grpc-addr "127.0.0.1:$C_GRPC" -http-addr "127.0.0.1:$C_HTTP" -watch=false >"$WORK/batched2.log" 2>&1 &
-C_PID=$!; PIDS+=($!)
-
-M_GRPC=$(free_port); M_HTTP=$(free_port)
-"$BIN/loadshed" serve -config bench/rls/config \
-  -grpc-addr "127.0.0.1:$M_GRPC" -http-addr "127.0.0.1:$M_HTTP" -watch=false >"$WORK/memory.log" 2>&1 &
-M_PID=$!; PIDS+=($!)
+# start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
+# which it leaves in X_GRPC and X_HTTP, its process id in X_PID.
+start_loadshed() {
+  local x=$1 name=$2 grpc http
+  shift 2
+  grpc=$(free_port); http=$(free_port)
+  "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
+    -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  printf -v "${x}_PID" %s $!
+  printf -v "${x}_GRPC" %s "$grpc"
+  printf -v "${x}_HTTP" %s "$http"
+}
+ON_REDIS=(-redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT")
+start_loadshed L exact "${ON_REDIS[@]}"
+start_loadshed U unpipelined "${ON_REDIS[@]}" -pipeline 0
+start_loadshed B batched "${ON_REDIS[@]}" -batch 0.1
+start_loadshed C batched2 "${ON_REDIS[@]}" -batch 0.1
+start_loadshed M memory
 
 wait_port "$E_GRPC" envoyproxy/ratelimit
 wait_port "$L_GRPC" "loadshed serve"

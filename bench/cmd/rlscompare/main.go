@@ -75,27 +75,19 @@ func main() {
 	fmt.Printf("\n## Load: %d in flight, %v each, %d clients at 100/s each\n\n", *conc, *dur, *clients)
 	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | service CPU µs/decision | Redis CPU µs/decision |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
-	targets := []struct {
+	type target struct {
 		name string
 		c    pb.RateLimitServiceClient
-	}{{"envoyproxy/ratelimit", envoy}, {"loadshed serve (exact)", ls}}
-	if *unpipedAddr != "" {
-		targets = append(targets, struct {
-			name string
-			c    pb.RateLimitServiceClient
-		}{"loadshed serve (exact, -pipeline 0)", dial(*unpipedAddr)})
 	}
-	if *batchedAddr != "" {
-		targets = append(targets, struct {
-			name string
-			c    pb.RateLimitServiceClient
-		}{"loadshed serve (batched)", dial(*batchedAddr)})
-	}
-	if *memoryAddr != "" {
-		targets = append(targets, struct {
-			name string
-			c    pb.RateLimitServiceClient
-		}{"loadshed serve (memory, no Redis)", dial(*memoryAddr)})
+	targets := []target{{"envoyproxy/ratelimit", envoy}, {"loadshed serve (exact)", ls}}
+	for _, o := range []struct{ name, addr string }{
+		{"loadshed serve (exact, -pipeline 0)", *unpipedAddr},
+		{"loadshed serve (batched)", *batchedAddr},
+		{"loadshed serve (memory, no Redis)", *memoryAddr},
+	} {
+		if o.addr != "" {
+			targets = append(targets, target{o.name, dial(o.addr)})
+		}
 	}
 	pidList := strings.Split(*pids, ",")
 	for i, t := range targets {
