@@ -38,6 +38,9 @@ const (
 	UnknownDomain = "_unknown"
 )
 
+// unknownLayer is the events' layer for a domain the rules lack.
+const unknownLayer = "rls:" + UnknownDomain
+
 // Config configures a Server. Only Domains is needed.
 type Config struct {
 	// Domains are the rules served first; Server.Reload replaces them.
@@ -251,9 +254,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	}
 	t := s.table.Load()
 	root := t.domains[req.Domain]
-	domainLabel := req.Domain
+	domainLabel, layer := req.Domain, unknownLayer
 	if root == nil {
 		domainLabel = UnknownDomain
+	} else {
+		layer = root.layer
 	}
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 
@@ -308,11 +313,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	}
 	if s.cfg.Redis != nil && counted > 1 {
 		// Copies, so that the goroutines never hold this frame's arrays.
-		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, domainLabel, resp.Statuses, counted))
+		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, resp.Statuses, counted))
 	} else {
 		for i, n := range nodes {
 			if resp.Statuses[i] == nil {
-				resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], n, replaced, domainLabel)
+				resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
 			}
 		}
 	}
@@ -351,7 +356,7 @@ type decided struct {
 
 // decideParallel decides the descriptors whose status is still nil on at
 // most maxParallel goroutines.
-func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, nodes []*node, replaced map[string]bool, domain string, statuses []*pb.RateLimitResponse_DescriptorStatus, counted int) []decided {
+func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, nodes []*node, replaced map[string]bool, layer string, statuses []*pb.RateLimitResponse_DescriptorStatus, counted int) []decided {
 	ds := make([]decided, len(nodes))
 	var next atomic.Int32
 	var wg sync.WaitGroup
@@ -361,7 +366,7 @@ func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, n
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
 				if statuses[i] == nil {
-					statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, domain)
+					statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, layer)
 				}
 			}
 		}()
@@ -382,10 +387,10 @@ func hits(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
 // decide runs a descriptor's limits: every one must admit; when one does
 // not, the units the others took are given back. The status is the
 // rejecting limit's, else the one with the least remaining.
-func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, domain string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, layer string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
 	shared := ""
 	if n.shared {
-		shared = domain
+		shared = req.Domain
 	}
 	key := descriptorKey(shared, d.Entries)
 	h := hits(req, d)
@@ -448,7 +453,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		}
 	}
 	for i := range cs {
-		s.observe(domain, &cs[i])
+		s.observe(layer, &cs[i])
 	}
 	if pick == nil { // every limit replaced
 		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, "", 0
@@ -504,11 +509,11 @@ func resetDuration(d, period time.Duration) time.Duration {
 	return d
 }
 
-func (s *Server) observe(domain string, c *checked) {
+func (s *Server) observe(layer string, c *checked) {
 	if s.cfg.Observer == nil || c.skipped {
 		return
 	}
-	e := shed.Event{Layer: "rls:" + domain, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb}
+	e := shed.Event{Layer: layer, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb}
 	if c.over {
 		if c.rule.shadow {
 			e.Kind = shed.WouldReject

@@ -39,6 +39,7 @@ type node struct {
 	detailed  bool
 	name      string // the path below the domain: "key_value.key"
 	shared    bool   // a request's own limit, shared by every domain
+	layer     string // a domain's root: its events' layer, "rls:<domain>"
 }
 
 type limitRule struct {
@@ -122,7 +123,7 @@ func compile(domains []Domain, prev *table, newStore storeFactory) (*table, erro
 	for _, d := range domains {
 		root, ok := t.domains[d.Name]
 		if !ok {
-			root = &node{}
+			root = &node{layer: "rls:" + d.Name}
 			t.domains[d.Name] = root
 		}
 		if err := t.add(root, d.Name, "", d.Descriptors, false, prev, newStore); err != nil {
