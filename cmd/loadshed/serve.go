@@ -94,7 +94,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	integer(&f.maxStreams, "max-streams", "LOADSHED_MAX_STREAMS", 1000, "most concurrent gRPC streams per connection")
 	integer(&f.maxDescriptors, "max-descriptors", "LOADSHED_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "most descriptors in one request")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", envDuration("LOADSHED_REDIS_TIMEOUT", 0), "one decision's Redis round trip; past it the local share decides (default the store's) [LOADSHED_REDIS_TIMEOUT]")
-	integer(&f.pipeline, "pipeline", "LOADSHED_PIPELINE", 4, "Redis: send concurrent decisions' scripts together, on this many connections at once (0: one round trip each)")
+	integer(&f.pipeline, "pipeline", "LOADSHED_PIPELINE", -1, "Redis: send concurrent decisions' scripts together, on this many connections at once (0: one round trip each; default 4 on a single node, 0 on a Cluster or Sentinel, whose retries pipelining turns off)")
 	fs.Float64Var(&f.batch, "batch", envFloat("LOADSHED_BATCH", 0), "batched mode: lease this fraction of each limit per round trip (0: exact) [LOADSHED_BATCH]")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -180,6 +180,12 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 			Addrs: strings.Split(f.redis, ","), MasterName: f.redisMaster,
 			Password: os.Getenv("LOADSHED_REDIS_PASSWORD"), ContextTimeoutEnabled: true,
 			DialTimeout: time.Second, ReadTimeout: sock, WriteTimeout: sock,
+		}
+		if f.pipeline < 0 {
+			f.pipeline = 0
+			if len(opts.Addrs) == 1 && opts.MasterName == "" {
+				f.pipeline = 4
+			}
 		}
 		if f.pipeline > 0 {
 			opts.MaxRetries = -1 // a pipeline re-sent would run its scripts twice
