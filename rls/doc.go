@@ -39,7 +39,10 @@
 //
 // A limit may use any of the five algorithms (envoyproxy/ratelimit's files
 // default to fixed-window, the only one it has), any window (unit with
-// unit_multiplier, or a period such as "90s"), a burst, and a descriptor
+// unit_multiplier, or a period such as "90s"), a burst, soft mode (mode:
+// soft with overage, overage_for and overage_cooldown: past the limit, a
+// key may go the overage further for a bounded time per episode, answered
+// OK and reported as over in events), and a descriptor
 // may hold several limits (rate_limits: a list): a request must pass all,
 // a rejected one is not charged by the others, and the status reports the
 // rejecting limit or else the one with the least remaining. Counts live in

@@ -57,6 +57,11 @@ type yamlRate struct {
 	Period         string `yaml:"period"`
 	Algorithm      string `yaml:"algorithm"`
 	Burst          int64  `yaml:"burst"`
+	// Soft mode: mode: soft, with its overage.
+	Mode            string  `yaml:"mode"`
+	Overage         float64 `yaml:"overage"`
+	OverageFor      string  `yaml:"overage_for"`
+	OverageCooldown string  `yaml:"overage_cooldown"`
 }
 
 // IsEnvoyConfig reports whether path is a directory (of envoyproxy/ratelimit
@@ -280,11 +285,52 @@ func (p *envoyParser) rate(r yamlRate, path string) (Limit, bool) {
 		}
 		l.Period = unitPeriods[l.Unit] * time.Duration(mult)
 	}
+	if !p.soft(r, &l, path) {
+		ok = false
+	}
 	if err := l.check(); err != nil {
 		p.errorf(path, "%v", err)
 		ok = false
 	}
 	return l, ok
+}
+
+// soft reads mode: soft and its overage fields into l.Soft.
+func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
+	switch r.Mode {
+	case "", "hard":
+		if r.Overage != 0 || r.OverageFor != "" || r.OverageCooldown != "" {
+			p.errorf(path+".mode", "overage, overage_for and overage_cooldown need mode: soft")
+			return false
+		}
+		return true
+	case "soft":
+	default:
+		p.errorf(path+".mode", "unknown mode %q (allowed: hard, soft)", r.Mode)
+		return false
+	}
+	s := &Soft{Overage: r.Overage}
+	ok := true
+	for _, f := range []struct {
+		name, v string
+		d       *time.Duration
+	}{{"overage_for", r.OverageFor, &s.OverageFor}, {"overage_cooldown", r.OverageCooldown, &s.OverageCooldown}} {
+		if f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.v)
+		if err != nil || d < 0 {
+			p.errorf(path+"."+f.name, "%s must be a duration (\"30s\"), got %q", f.name, f.v)
+			ok = false
+		}
+		*f.d = d
+	}
+	if err := s.enforcement().Validate(); err != nil {
+		p.errorf(path+".overage", "%v", err)
+		ok = false
+	}
+	l.Soft = s
+	return ok
 }
 
 // maxPeriod bounds a window: a century is longer than any sensible limit

@@ -14,7 +14,9 @@ import (
 
 // FromFile returns the domains of a loadshed file's ratelimit sections:
 // each section's domain and descriptors, its algorithm, burst and shadow
-// mode per rule, its dry_run as shadow mode for all. Sections naming the
+// mode per rule, its dry_run as shadow mode for all, its soft mode for all
+// (elastic, which needs this process's headroom, counts as hard; so does
+// the queue action: the service answers at once). Sections naming the
 // same domain are merged; the file's other layers play no part in the
 // service. A section without a domain serves the domain "".
 func FromFile(f *config.File) []Domain {
@@ -25,7 +27,11 @@ func FromFile(f *config.File) []Domain {
 		if r == nil {
 			continue
 		}
-		ds := fromDescriptors(r.Descriptors, r.DryRun, "layers["+strconv.Itoa(i)+"].ratelimit.descriptors")
+		var soft *Soft
+		if r.Mode == shed.Soft {
+			soft = &Soft{Overage: r.Overage, OverageFor: r.OverageFor, OverageCooldown: r.OverageCooldown}
+		}
+		ds := fromDescriptors(r.Descriptors, r.DryRun, soft, "layers["+strconv.Itoa(i)+"].ratelimit.descriptors")
 		if j, ok := index[r.Domain]; ok {
 			out[j].Descriptors = append(out[j].Descriptors, ds...)
 			continue
@@ -36,7 +42,7 @@ func FromFile(f *config.File) []Domain {
 	return out
 }
 
-func fromDescriptors(cs []config.Descriptor, dryRun bool, path string) []Descriptor {
+func fromDescriptors(cs []config.Descriptor, dryRun bool, soft *Soft, path string) []Descriptor {
 	out := make([]Descriptor, 0, len(cs))
 	for i, c := range cs {
 		at := path + "[" + strconv.Itoa(i) + "]"
@@ -47,9 +53,9 @@ func fromDescriptors(cs []config.Descriptor, dryRun bool, path string) []Descrip
 			if rpu > 1<<32-1 {
 				rpu = 1<<32 - 1
 			}
-			d.Limits = []Limit{{Name: c.Name, RequestsPerUnit: uint32(rpu), Unit: unit, Period: r.Unit.Period(), Algorithm: r.Algorithm, Burst: r.Burst}}
+			d.Limits = []Limit{{Name: c.Name, RequestsPerUnit: uint32(rpu), Unit: unit, Period: r.Unit.Period(), Algorithm: r.Algorithm, Burst: r.Burst, Soft: soft}}
 		}
-		d.Descriptors = fromDescriptors(c.Descriptors, dryRun, at+".descriptors")
+		d.Descriptors = fromDescriptors(c.Descriptors, dryRun, soft, at+".descriptors")
 		out = append(out, d)
 	}
 	return out

@@ -376,3 +376,54 @@ func TestRequestLimitOverride(t *testing.T) {
 	bad.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}
 	check(t, ask(t, s, "api", bad).Statuses[0], want{pb.RateLimitResponse_OK, 2, 50 * time.Second, 3})
 }
+
+func TestSoftMode(t *testing.T) {
+	var events []shed.Event
+	s, clock := testServer(t, Config{Observer: shed.ObserverFunc(func(e shed.Event) { events = append(events, e) })}, "loadshed-extras.yaml")
+	code := func(v string) pb.RateLimitResponse_Code {
+		t.Helper()
+		return ask(t, s, "extras", desc("soft="+v)).OverallCode
+	}
+	ok, over := pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT
+	// Two within the limit, one within the overage (marked).
+	for i, w := range []pb.RateLimitResponse_Code{ok, ok, ok} {
+		if c := code("a"); c != w {
+			t.Fatalf("request %d: %v, want %v", i, c, w)
+		}
+		if i == 2 && !events[len(events)-1].Over {
+			t.Fatal("the overage's admission is not marked Over")
+		}
+	}
+	// 11 s on, same window: the overage has a unit left, but the episode
+	// has ended and the cool-down (20 s without a request over the limit)
+	// has not passed: the hard limit holds.
+	clock.Advance(11 * time.Second)
+	if c := code("a"); c != over {
+		t.Fatalf("after the episode: %v, want OVER_LIMIT", c)
+	}
+	// A minute later, cooled down: a new window and a new episode.
+	clock.Advance(time.Minute)
+	for i, w := range []pb.RateLimitResponse_Code{ok, ok, ok, ok, over} {
+		if c := code("a"); c != w {
+			t.Fatalf("a minute later, request %d: %v, want %v", i, c, w)
+		}
+	}
+	// Another key has its own episode.
+	for i, w := range []pb.RateLimitResponse_Code{ok, ok, ok, ok, over} {
+		if c := code("b"); c != w {
+			t.Fatalf("key b, request %d: %v, want %v", i, c, w)
+		}
+	}
+}
+
+func TestSoftModeErrors(t *testing.T) {
+	_, errs := ParseEnvoyConfig("s.yaml", []byte("domain: s\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2, mode: gentle}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2, overage: 0.5}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 2, mode: soft, overage: 20}\n"))
+	if len(errs) != 3 {
+		t.Fatalf("%d errors, want 3: %v", len(errs), errs)
+	}
+	for i, want := range []string{`unknown mode "gentle"`, "need mode: soft", "Overage must be"} {
+		if !strings.Contains(errs[i].Msg, want) {
+			t.Errorf("error %d: %q, want %q", i, errs[i].Msg, want)
+		}
+	}
+}

@@ -167,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg}
-	t, err := compile(cfg.Domains, nil, s.newStore)
+	t, err := compile(cfg.Domains, nil, s.newStore, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (s *Server) Reload(domains []Domain) error {
 		return errors.New("rls: server closed")
 	}
 	old := s.table.Load()
-	t, err := compile(domains, old, s.newStore)
+	t, err := compile(domains, old, s.newStore, s.cfg.Clock)
 	if err != nil {
 		return err
 	}
@@ -236,6 +236,7 @@ type checked struct {
 	rule    *limitRule
 	res     ratelimit.Result
 	over    bool
+	soft    bool // admitted by the soft overage
 	fb      bool
 	policy  string
 	skipped bool // replaced
@@ -430,6 +431,11 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 				c.res = ratelimit.Result{Limit: l.store.Limit().Quantity, ResetAfter: l.period}
 			}
 			c.over = err != nil || !c.res.Allowed
+			if err == nil && c.over && l.soft != nil {
+				if _, ok := l.soft.admit(key, cost); ok {
+					c.over, c.soft = false, true
+				}
+			}
 		}
 		cs = append(cs, c)
 		if c.over {
@@ -439,7 +445,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	}
 	if over != nil && h > 0 && !d.IsNegativeHits {
 		for i := range cs[:len(cs)-1] {
-			if c := &cs[i]; !c.skipped && c.rule.store != nil {
+			switch c := &cs[i]; {
+			case c.soft:
+				_ = c.rule.soft.overage.Refund(ctx, key, cost)
+			case !c.skipped && c.rule.store != nil:
 				_ = c.rule.store.Refund(ctx, key, cost)
 			}
 		}
@@ -513,7 +522,7 @@ func (s *Server) observe(layer string, c *checked) {
 	if s.cfg.Observer == nil || c.skipped {
 		return
 	}
-	e := shed.Event{Layer: layer, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb}
+	e := shed.Event{Layer: layer, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb, Over: c.soft}
 	if c.over {
 		if c.rule.shadow {
 			e.Kind = shed.WouldReject

@@ -69,6 +69,9 @@ type Limit struct {
 	// Replaces names the limits this one disables when both apply to one
 	// request.
 	Replaces []string
+	// Soft, when set, lets a key past the limit by a bounded overage for a
+	// bounded time (see Soft).
+	Soft *Soft
 }
 
 // unitPeriods are envoyproxy/ratelimit's unit lengths (a month is 30

@@ -13,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
 )
 
 // table is one generation of rules, compiled for lookups: swapped whole on
@@ -20,6 +21,7 @@ import (
 type table struct {
 	domains map[string]*node
 	stores  map[string]ratelimit.Store // by identity, for the next generation
+	softs   []*softLimit               // never carried over: episodes start afresh
 }
 
 // entry is a tree edge: a key and a value ("" for a value-less entry).
@@ -51,6 +53,7 @@ type limitRule struct {
 	shadow   bool
 	replaces []string
 	detailed *detailedNames // nil unless detailed_metric
+	soft     *softLimit     // nil unless soft
 }
 
 // match finds the rule of a request descriptor as envoyproxy/ratelimit
@@ -118,7 +121,7 @@ type storeFactory func(domain, path string, l *Limit) (ratelimit.Store, error)
 
 // compile builds a table. A store whose identity (domain, path, limit,
 // algorithm) is in prev is taken over, so that counts survive a reload.
-func compile(domains []Domain, prev *table, newStore storeFactory) (*table, error) {
+func compile(domains []Domain, prev *table, newStore storeFactory, clock shed.Clock) (*table, error) {
 	t := &table{domains: map[string]*node{}, stores: map[string]ratelimit.Store{}}
 	for _, d := range domains {
 		root, ok := t.domains[d.Name]
@@ -126,7 +129,7 @@ func compile(domains []Domain, prev *table, newStore storeFactory) (*table, erro
 			root = &node{layer: "rls:" + d.Name}
 			t.domains[d.Name] = root
 		}
-		if err := t.add(root, d.Name, "", d.Descriptors, false, prev, newStore); err != nil {
+		if err := t.add(root, d.Name, "", d.Descriptors, false, prev, newStore, clock); err != nil {
 			t.close(prev)
 			return nil, fmt.Errorf("rls: domain %q: %w", d.Name, err)
 		}
@@ -134,7 +137,7 @@ func compile(domains []Domain, prev *table, newStore storeFactory) (*table, erro
 	return t, nil
 }
 
-func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow bool, prev *table, newStore storeFactory) error {
+func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow bool, prev *table, newStore storeFactory, clock shed.Clock) error {
 	for _, d := range ds {
 		if d.Key == "" {
 			return fmt.Errorf("%s: descriptor has empty key", d.path)
@@ -190,10 +193,18 @@ func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow b
 				}
 				t.stores[id] = s
 				lr.store = s
+				if l.Soft != nil {
+					sl, err := newSoftLimit(l.Soft, l, clock)
+					if err != nil {
+						return fmt.Errorf("%s: soft: %w", p, err)
+					}
+					t.softs = append(t.softs, sl)
+					lr.soft = sl
+				}
 			}
 			n.limits = append(n.limits, lr)
 		}
-		if err := t.add(n, domain, p, d.Descriptors, shadow, prev, newStore); err != nil {
+		if err := t.add(n, domain, p, d.Descriptors, shadow, prev, newStore, clock); err != nil {
 			return err
 		}
 	}
@@ -213,6 +224,9 @@ func (t *table) take(id string) (ratelimit.Store, bool) {
 func (t *table) close(next *table) {
 	if t == nil {
 		return
+	}
+	for _, sl := range t.softs {
+		sl.close()
 	}
 	for id, s := range t.stores {
 		if next != nil {
