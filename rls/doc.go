@@ -42,7 +42,8 @@
 // unit_multiplier, or a period such as "90s"), a burst, soft mode (mode:
 // soft with overage, overage_for and overage_cooldown: past the limit, a
 // key may go the overage further for a bounded time per episode, answered
-// OK and reported as over in events), and a descriptor
+// OK and reported as over in events; the overage and the episodes are
+// each instance's own, in memory), and a descriptor
 // may hold several limits (rate_limits: a list): a request must pass all,
 // a rejected one is not charged by the others, and the status reports the
 // rejecting limit or else the one with the least remaining. Counts live in
