@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/shed"
 	"io"
 	"net"
@@ -323,7 +324,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease, more b
 			if j > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendLimitRest(append(b, set.starts[j]...), q, leases[i].Over)
+			b = ratefield.AppendLimitRest(append(b, set.starts[j]...), q, leases[i].Over)
 			t.see(q)
 			j++
 		}
