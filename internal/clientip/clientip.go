@@ -49,36 +49,11 @@ func New(cfg Config, pkg, field string) (*Resolver, error) {
 		return nil, fmt.Errorf("%s: %s.IPv6PrefixBits must be within [0, 128], got %d", pkg, field, cfg.IPv6PrefixBits)
 	}
 	c.v6bits = cfg.IPv6PrefixBits
-	for i, s := range cfg.TrustedProxies {
-		s = strings.TrimSpace(s)
-		var p netip.Prefix
-		var err error
-		if strings.Contains(s, "/") {
-			p, err = netip.ParsePrefix(s)
-		} else {
-			var a netip.Addr
-			a, err = netip.ParseAddr(s)
-			if err == nil {
-				p = netip.PrefixFrom(a, a.BitLen())
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s.TrustedProxies[%d] %q is not a CIDR or an IP address: %w", pkg, field, i, cfg.TrustedProxies[i], err)
-		}
-		if p.Addr().Zone() != "" {
-			return nil, fmt.Errorf("%s: %s.TrustedProxies[%d] %q must not have a zone", pkg, field, i, cfg.TrustedProxies[i])
-		}
-		p = p.Masked()
-		if p.Addr().Is4In6() {
-			// Compare mapped addresses in their IPv4 form, as addresses are.
-			bits := p.Bits() - 96
-			if bits < 0 {
-				bits = 0
-			}
-			p = netip.PrefixFrom(p.Addr().Unmap(), bits).Masked()
-		}
-		c.trusted = append(c.trusted, p)
+	trusted, err := ParsePrefixes(cfg.TrustedProxies, pkg, field+".TrustedProxies")
+	if err != nil {
+		return nil, err
 	}
+	c.trusted = trusted
 	return c, nil
 }
 
@@ -100,13 +75,7 @@ func (c *Resolver) Trusted(a netip.Addr) bool {
 	if c == nil {
 		return false
 	}
-	a = a.Unmap()
-	for _, p := range c.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return Contains(c.trusted, a)
 }
 
 // Header is the canonical name of the header the proxies write.
@@ -415,4 +384,53 @@ func peerIPv4(s string) (string, bool) {
 		return "", false
 	}
 	return host, true
+}
+
+// ParsePrefixes parses CIDRs ("10.0.0.0/8") or single addresses, as
+// trusted proxies and trusted peers are written. Errors start with pkg and
+// name the element of field ("Config.TrustedPeers[2]").
+func ParsePrefixes(list []string, pkg, field string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range list {
+		s = strings.TrimSpace(s)
+		var p netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			p, err = netip.ParsePrefix(s)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(s)
+			if err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s[%d] %q is not a CIDR or an IP address: %w", pkg, field, i, list[i], err)
+		}
+		if p.Addr().Zone() != "" {
+			return nil, fmt.Errorf("%s: %s[%d] %q must not have a zone", pkg, field, i, list[i])
+		}
+		p = p.Masked()
+		if p.Addr().Is4In6() {
+			// Compare mapped addresses in their IPv4 form, as addresses are.
+			bits := p.Bits() - 96
+			if bits < 0 {
+				bits = 0
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), bits).Masked()
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Contains reports whether a (unmapped) is in one of prefixes.
+func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
