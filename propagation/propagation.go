@@ -57,16 +57,22 @@ type Config struct {
 	// given the caller's key and the propagated priority, it returns the
 	// priority to use; a higher or invalid result keeps the propagated one.
 	Lower func(caller string, p shed.Priority) shed.Priority
+	// OnUntrusted, when set, is called with the caller's key for every
+	// propagated priority ignored because the caller is not trusted: count
+	// it, since it is either a misconfigured peer or a client trying to
+	// promote itself.
+	OnUntrusted func(caller string)
 }
 
 // Trust decides on propagated priorities. A nil *Trust believes nobody
 // and counts nothing. It is safe for concurrent use.
 type Trust struct {
-	peers   []netip.Prefix
-	token   [sha256.Size]byte
-	tokenOn bool
-	lower   func(string, shed.Priority) shed.Priority
-	ignored atomic.Int64
+	peers     []netip.Prefix
+	token     [sha256.Size]byte
+	tokenOn   bool
+	lower     func(string, shed.Priority) shed.Priority
+	untrusted func(string)
+	ignored   atomic.Int64
 }
 
 // New checks cfg and builds a Trust. pkg and field name where cfg sits in
@@ -79,7 +85,7 @@ func New(cfg Config, pkg, field string) (*Trust, error) {
 	if len(peers) == 0 && cfg.Token == "" {
 		return nil, fmt.Errorf("%s: %s trusts nobody: set TrustedPeers or Token", pkg, field)
 	}
-	t := &Trust{peers: peers, lower: cfg.Lower}
+	t := &Trust{peers: peers, lower: cfg.Lower, untrusted: cfg.OnUntrusted}
 	if cfg.Token != "" {
 		// Compared as hashes, so that the comparison takes the same time
 		// whatever length the presented token has.
@@ -106,6 +112,9 @@ func (t *Trust) Accept(word string, addr netip.Addr, token, caller string) (shed
 	}
 	if !t.trusted(addr, token) {
 		t.ignored.Add(1)
+		if t.untrusted != nil {
+			t.untrusted(caller)
+		}
 		return shed.Unset, ErrUntrusted
 	}
 	p, err := shed.ParsePriority(word)
