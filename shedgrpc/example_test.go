@@ -35,7 +35,9 @@ func (l *oneCall) Acquire(_ context.Context, req shed.Request) (shed.Lease, erro
 
 func (*oneCall) Release(*shed.Lease, shed.Outcome) {}
 
-type echo struct{ testpb.UnimplementedTestServiceServer }
+type echo struct {
+	testpb.UnimplementedTestServiceServer
+}
 
 func (echo) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	return &testpb.SimpleResponse{}, nil

@@ -129,7 +129,7 @@ func newRig(t *testing.T, cfg shedgrpc.Config) *rig {
 
 func TestUnaryAdmitted(t *testing.T) {
 	r := newRig(t, shedgrpc.Config{Priorities: shedgrpc.MethodPriorities{
-		unaryMethod:                  shed.Critical,
+		unaryMethod:                   shed.Critical,
 		"/grpc.testing.TestService/*": shed.Sheddable,
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -373,5 +373,54 @@ func TestCanceledWhileQueuedIsNoRejection(t *testing.T) {
 	_, err := r.client().UnaryCall(context.Background(), &testpb.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable || errors.Is(err, shed.ErrRejected) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestObserverSeesCallsAsHTTPRequests(t *testing.T) {
+	var mu sync.Mutex
+	var events []shed.Event
+	layer := shedtest.NewLayer("test")
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}, Observer: shed.ObserverFunc(func(e shed.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(shedgrpc.MustServerOptions(chain, shedgrpc.Config{})...)
+	testpb.RegisterTestServiceServer(srv, &service{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+	if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	layer.Reject(shed.Throttled("rate limit exceeded", time.Second))
+	_, _ = client.UnaryCall(context.Background(), &testpb.SimpleRequest{})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []struct {
+		kind    shed.EventKind
+		outcome shed.Outcome
+		status  int
+	}{{shed.Admitted, 0, 0}, {shed.Released, shed.Completed, 0}, {shed.Rejected, 0, 429}}
+	if len(events) != len(want) {
+		t.Fatalf("events %+v", events)
+	}
+	for i, w := range want {
+		e := events[i]
+		if e.Kind != w.kind || e.Outcome != w.outcome || e.Status != w.status || e.Route != unaryMethod || e.Layer != "test" {
+			t.Errorf("event %d: %+v, want %+v", i, e, w)
+		}
 	}
 }
