@@ -37,19 +37,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	work := fs.Duration("work", 5*time.Millisecond, "CPU one call takes in B (B's capacity is 1/work per second)")
 	critical := fs.Float64("critical", 0.1, "share of A's calls that are critical")
 	timeout := fs.Duration("timeout", time.Second, "each call's deadline")
+	rounds := fs.Int("rounds", 5, "runs of each set-up, interleaved, that each last duration/rounds")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	fmt.Fprintf(stdout, "B: one core, %v per call (capacity %.0f/s); A offers %.1fx (%.0f/s, %.0f%% critical) for %v per run\n",
-		*work, 1/work.Seconds(), *load, *load/work.Seconds(), 100**critical, *duration)
+	fmt.Fprintf(stdout, "B: one core, %v per call (capacity %.0f/s); A offers %.1fx (%.0f/s, %.0f%% critical) for %v per set-up, in %d rounds\n",
+		*work, 1/work.Seconds(), *load, *load/work.Seconds(), 100**critical, *duration, *rounds)
+	if *rounds < 1 {
+		*rounds = 1
+	}
+	var setups []Setup
 	for _, f := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-		res, err := Run(context.Background(), Setup{Work: *work, Load: *load, Critical: *critical,
-			Duration: *duration, Timeout: *timeout, Propagate: f[0], Cooperate: f[1]})
-		if err != nil {
-			fmt.Fprintln(stderr, "twoservices:", err)
-			return 1
-		}
-		fmt.Fprintln(stdout, res)
+		setups = append(setups, Setup{Work: *work, Load: *load, Critical: *critical,
+			Duration: *duration / time.Duration(*rounds), Timeout: *timeout, Propagate: f[0], Cooperate: f[1]})
+	}
+	results, err := RunInterleaved(context.Background(), setups, *rounds)
+	if err != nil {
+		fmt.Fprintln(stderr, "twoservices:", err)
+		return 1
+	}
+	for _, r := range results {
+		fmt.Fprintln(stdout, r)
 	}
 	return 0
 }

@@ -6,29 +6,32 @@ import (
 	"time"
 )
 
-// TestTwoServices is the bounded version of the demonstration: three runs
-// of 1.5s at 5x B's capacity. It asserts orderings, not the full run's
-// figures (go run ./examples/twoservices), since the machine running the
-// suite is shared: with propagation A's critical calls succeed far more
+// TestTwoServices is the bounded version of the demonstration: three
+// set-ups run twice for 0.75s each, interleaved, at 5x B's capacity. It
+// asserts orderings, not the full run's figures (go run
+// ./examples/twoservices), since the machine running the suite is shared: with propagation A's critical calls succeed far more
 // often than without, and more often than its sheddable ones; with the
-// cooperating client B rejects at most half as many requests per second,
-// for about the same goodput.
+// cooperating client B rejects clearly fewer requests per second, for
+// about the same goodput.
 func TestTwoServices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load run")
 	}
-	base := Setup{Work: 5 * time.Millisecond, Load: 5, Critical: 0.05, Duration: 1500 * time.Millisecond, Timeout: time.Second}
-	run := func(propagate, cooperate bool) Result {
+	base := Setup{Work: 5 * time.Millisecond, Load: 5, Critical: 0.05, Duration: 750 * time.Millisecond, Timeout: time.Second}
+	var setups []Setup
+	for _, f := range [][2]bool{{false, false}, {true, false}, {true, true}} {
 		s := base
-		s.Propagate, s.Cooperate = propagate, cooperate
-		r, err := Run(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Log(r)
-		return r
+		s.Propagate, s.Cooperate = f[0], f[1]
+		setups = append(setups, s)
 	}
-	blind, prop, coop := run(false, false), run(true, false), run(true, true)
+	results, err := RunInterleaved(context.Background(), setups, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		t.Log(r)
+	}
+	blind, prop, coop := results[0], results[1], results[2]
 
 	if prop.CriticalSuccess() <= blind.CriticalSuccess() || prop.CriticalSuccess() <= prop.SheddableSuccess() {
 		t.Errorf("propagation: critical success %.3f, without it %.3f, sheddable %.3f",
@@ -37,7 +40,10 @@ func TestTwoServices(t *testing.T) {
 	if coop.CriticalSuccess() <= coop.SheddableSuccess() {
 		t.Errorf("cooperating client: critical success %.3f, sheddable %.3f", coop.CriticalSuccess(), coop.SheddableSuccess())
 	}
-	if coop.RejectionsPerSecond() > prop.RejectionsPerSecond()/2 {
+	// The full run halves them (or better); each short round here starts
+	// a fresh client, whose first few hundred milliseconds are spent
+	// learning, so only a clear drop is asserted.
+	if coop.RejectionsPerSecond() > 0.75*prop.RejectionsPerSecond() {
 		t.Errorf("cooperating client: B rejects %.1f/s, with a plain client %.1f/s", coop.RejectionsPerSecond(), prop.RejectionsPerSecond())
 	}
 	// Goodput within noise of the plain client's: the suite's machine is
