@@ -39,9 +39,9 @@ func (c *Client) UnaryInterceptor() grpc.UnaryClientInterceptor {
 			idempotent: c.cfg.Idempotent != nil && c.cfg.Idempotent(method),
 		}
 		cl.send = func(ctx context.Context, _ int) answer {
-			var trailer metadata.MD
-			err = invoker(ctx, method, req, reply, cc, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
-			return answerOfGRPC(err, trailer)
+			var header, trailer metadata.MD
+			err = invoker(ctx, method, req, reply, cc, append(opts[:len(opts):len(opts)], grpc.Header(&header), grpc.Trailer(&trailer))...)
+			return answerOfGRPC(err, header, trailer)
 		}
 		if e := c.run(ctx, cl); e != nil {
 			return e
@@ -65,7 +65,7 @@ func (c *Client) StreamInterceptor() grpc.StreamClientInterceptor {
 		cl := call{dest: c.dest(cc.Target()), scope: method, priority: prio}
 		cl.send = func(ctx context.Context, _ int) answer {
 			cs, err = streamer(ctx, desc, cc, method, opts...)
-			return answerOfGRPC(err, nil)
+			return answerOfGRPC(err, nil, nil)
 		}
 		if e := c.run(ctx, cl); e != nil {
 			return nil, e
@@ -86,13 +86,20 @@ func (c *Client) outgoingGRPC(ctx context.Context, hasPrio bool, prio shed.Prior
 	return metadata.AppendToOutgoingContext(ctx, propagation.PriorityMetadata, prio.String())
 }
 
-// answerOfGRPC reads a call's end. RESOURCE_EXHAUSTED is a rejection of
+// answerOfGRPC reads a call's end: the RateLimit fields of an admitted
+// call's header, or of a rejection's trailer. RESOURCE_EXHAUSTED is a rejection of
 // the client's quota; UNAVAILABLE is a load-shedding rejection when the
 // server said so (a pushback or RateLimit fields), else a transport
 // failure, which throttling does not count.
-func answerOfGRPC(err error, trailer metadata.MD) answer {
+func answerOfGRPC(err error, header, trailer metadata.MD) answer {
 	var a answer
 	if err == nil {
+		if v := header.Get(rateLimitKey); len(v) > 0 {
+			a.limits = parseLimits(v, nil)
+		}
+		if v := header.Get(policyKey); len(v) > 0 {
+			a.policies = parseLimits(v, nil)
+		}
 		return a
 	}
 	if v := trailer.Get(pushbackKey); len(v) > 0 {

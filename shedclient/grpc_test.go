@@ -113,3 +113,20 @@ func TestGRPCRetriesWithPushback(t *testing.T) {
 		t.Fatalf("waited %v before the retry, want >= 700ms (the pushback)", w)
 	}
 }
+
+func TestGRPCSpentQuotaFromAnAdmittedCallHoldsOnlyItsMethod(t *testing.T) {
+	clock := newInstantClock()
+	layer, _, client := grpcRig(t, shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1}))
+	// The call is admitted with the last unit of its quota: r=0, back in 10s.
+	layer.Quota = shed.Quota{Policy: "per-key", Limit: 5, Window: time.Minute, Remaining: 0, Reset: 10 * time.Second}
+	if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{}); !errors.Is(err, shedclient.ErrThrottled) {
+		t.Fatalf("the next call under the spent quota: %v", err)
+	}
+	// Another method was never said to be under that quota.
+	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("another method: %v", err)
+	}
+}

@@ -37,7 +37,8 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// Trailing metadata keys of a rejection.
+// Metadata keys: the RateLimit fields travel in the header of an admitted
+// call and in the trailer of a rejection, with the retry delay.
 const (
 	// RetryPushbackKey is gRPC's retry pushback (gRFC A6): milliseconds
 	// until a retry may succeed.
@@ -215,7 +216,9 @@ func (in *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		if neverShed(info.FullMethod) || (in.skip != nil && in.skip(info.FullMethod)) {
 			return handler(ctx, req)
 		}
-		g, ctx, err := in.acquire(ctx, info.FullMethod, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+		g, ctx, err := in.acquire(ctx, info.FullMethod,
+			func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) },
+			func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +234,7 @@ func (in *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if neverShed(info.FullMethod) || (in.skip != nil && in.skip(info.FullMethod)) {
 			return handler(srv, ss)
 		}
-		g, ctx, err := in.acquire(ss.Context(), info.FullMethod, ss.SetTrailer)
+		g, ctx, err := in.acquire(ss.Context(), info.FullMethod, func(md metadata.MD) { _ = ss.SetHeader(md) }, ss.SetTrailer)
 		if err != nil {
 			return err
 		}
@@ -253,7 +256,7 @@ func (s *stream) Context() context.Context { return s.ctx }
 
 // acquire runs the chain for a call to method. On a rejection it sets the
 // trailer through setTrailer and returns the status error to answer with.
-func (in *Interceptors) acquire(ctx context.Context, method string, setTrailer func(metadata.MD)) (*shed.Grant, context.Context, error) {
+func (in *Interceptors) acquire(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD)) (*shed.Grant, context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	req := in.request(ctx, method, md)
 	g := in.grants.Get().(*shed.Grant)
@@ -261,10 +264,33 @@ func (in *Interceptors) acquire(ctx context.Context, method string, setTrailer f
 		in.put(g)
 		return nil, ctx, in.rejected(ctx, err, setTrailer)
 	}
+	if md := in.admittedHeader(g.Leases()); md != nil {
+		setHeader(md)
+	}
 	if in.forwardTo {
 		ctx = shed.WithPriority(ctx, g.Request().Priority)
 	}
 	return g, ctx, nil
+}
+
+// admittedHeader returns the header metadata of an admitted call: the
+// RateLimit-Policy and RateLimit fields of its leases' quotas, as an
+// admitted HTTP response carries them, so that a client learns a quota
+// is spent (r=0) before it is rejected; nil when no quota is shown.
+func (in *Interceptors) admittedHeader(leases []shed.Lease) metadata.MD {
+	var buf [shed.MaxLayers]shed.Quota
+	var policy, limit []byte
+	for i := range leases {
+		for _, q := range leases[i].Quotas(buf[:0]) {
+			if ratefield.Shown(&q, in.disclose) {
+				policy, limit = ratefield.AppendQuota(policy, limit, &q, leases[i].Over)
+			}
+		}
+	}
+	if len(policy) == 0 {
+		return nil
+	}
+	return metadata.MD{RateLimitPolicyKey: {string(policy)}, RateLimitKey: {string(limit)}}
 }
 
 func (in *Interceptors) put(g *shed.Grant) {

@@ -424,3 +424,18 @@ func TestObserverSeesCallsAsHTTPRequests(t *testing.T) {
 		}
 	}
 }
+
+func TestAdmittedCallCarriesRateLimitHeader(t *testing.T) {
+	r := newRig(t, shedgrpc.Config{})
+	r.layer.Quota = shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 99, Reset: 30 * time.Second}
+	var header metadata.MD
+	if _, err := r.client().UnaryCall(context.Background(), &testpb.SimpleRequest{}, grpc.Header(&header)); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get(shedgrpc.RateLimitKey); len(got) != 1 || got[0] != `"per-key";r=99;t=30` {
+		t.Fatalf("ratelimit %q", got)
+	}
+	if got := header.Get(shedgrpc.RateLimitPolicyKey); len(got) != 1 || got[0] != `"per-key";q=100;w=60` {
+		t.Fatalf("ratelimit-policy %q", got)
+	}
+}
