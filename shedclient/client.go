@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -84,6 +85,13 @@ type Config struct {
 	// RetryNonIdempotent retries requests that are not idempotent (POST,
 	// PATCH, gRPC methods Idempotent does not name). Off by default.
 	RetryNonIdempotent bool
+	// HTTPScope, when set, splits an HTTP host into scopes whose quotas
+	// are remembered apart (a route group, a user whose quota is
+	// partitioned): a spent quota holds back only requests of the scope
+	// the server named it for. Default: the whole host is one scope.
+	// Keep the number of scopes small; past a bound, new ones are not
+	// remembered. gRPC calls are scoped by method.
+	HTTPScope func(*http.Request) string
 	// Idempotent, when set, names the gRPC methods that are safe to retry.
 	Idempotent func(method string) bool
 	// Token is sent with a propagated priority (Loadshed-Token), for

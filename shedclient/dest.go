@@ -36,7 +36,11 @@ type dest struct {
 	// blocked holds, per policy id, until when the server said it is spent.
 	blocked map[string]time.Time
 	// scopes holds, per scope (a gRPC method, an HTTP host), the policy
-	// ids the server said apply to it.
+	// ids the server said apply to it. A client cannot tell which
+	// partition its next request falls in, so a spent partition holds
+	// back its whole scope: a client shared by several users whose
+	// quotas are partitioned should give each a scope of its own
+	// (Config.HTTPScope).
 	scopes map[string][]string
 }
 

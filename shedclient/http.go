@@ -37,8 +37,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
+	scope := req.URL.Host
+	if t.c.cfg.HTTPScope != nil {
+		scope += " " + t.c.cfg.HTTPScope(req)
+	}
 	cl := call{
-		dest: t.c.dest(req.URL.Host), scope: req.URL.Host, priority: prio,
+		dest: t.c.dest(req.URL.Host), scope: scope, priority: prio,
 		idempotent: idempotent(req),
 		replayable: req.Body == nil || req.Body == http.NoBody || req.GetBody != nil,
 	}
@@ -60,6 +64,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return answerOfHTTP(resp, t.c.clock)
 	}
 	if e := t.c.run(ctx, cl); e != nil {
+		if resp != nil {
+			// A retry was held back: the earlier answer is not returned.
+			resp.Body.Close()
+		}
 		return nil, e
 	}
 	return resp, err

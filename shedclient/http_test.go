@@ -313,3 +313,30 @@ func FuzzHostileServer(f *testing.F) {
 		}
 	})
 }
+
+func TestRetryAfterDateAndScopes(t *testing.T) {
+	clock := newInstantClock()
+	srv := newServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("user") == "a" && n == 0 {
+			w.Header().Set("Retry-After", clock.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	c := &http.Client{Transport: shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1,
+		HTTPScope: func(r *http.Request) string { return r.URL.Query().Get("user") }}).Transport(nil)}
+	if code, err := get(t, c, context.Background(), srv.URL+"?user=a"); err != nil || code != 429 {
+		t.Fatalf("first: %d %v", code, err)
+	}
+	_, err := get(t, c, context.Background(), srv.URL+"?user=a")
+	var qe *shedclient.QuotaError
+	if !errors.As(err, &qe) || qe.RetryAfter < 89*time.Second || qe.RetryAfter > 90*time.Second {
+		t.Fatalf("user a again: %v", err)
+	}
+	// User b's requests are a scope of their own.
+	if code, err := get(t, c, context.Background(), srv.URL+"?user=b"); err != nil || code != 200 {
+		t.Fatalf("user b: %d %v", code, err)
+	}
+	if n := srv.n.Load(); n != 2 {
+		t.Fatalf("server saw %d requests, want 2", n)
+	}
+}
