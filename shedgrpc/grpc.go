@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -68,8 +69,7 @@ func KeyMetadata(name string) KeyFunc {
 	name = strings.ToLower(name)
 	prefix := "h:" + name + ":"
 	return func(ctx context.Context, _ string) (string, bool) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		v := md.Get(name)
+		v := metadata.ValueFromIncomingContext(ctx, name)
 		if len(v) == 0 {
 			return "", false
 		}
@@ -257,8 +257,7 @@ func (s *stream) Context() context.Context { return s.ctx }
 // acquire runs the chain for a call to method. On a rejection it sets the
 // trailer through setTrailer and returns the status error to answer with.
 func (in *Interceptors) acquire(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD)) (*shed.Grant, context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	req := in.request(ctx, method, md)
+	req := in.request(ctx, method)
 	g := in.grants.Get().(*shed.Grant)
 	if err := in.chain.Acquire(ctx, req, g); err != nil {
 		in.put(g)
@@ -278,12 +277,18 @@ func (in *Interceptors) acquire(ctx context.Context, method string, setHeader, s
 // admitted HTTP response carries them, so that a client learns a quota
 // is spent (r=0) before it is rejected; nil when no quota is shown.
 func (in *Interceptors) admittedHeader(leases []shed.Lease) metadata.MD {
-	var buf [shed.MaxLayers]shed.Quota
 	var policy, limit []byte
 	for i := range leases {
-		for _, q := range leases[i].Quotas(buf[:0]) {
+		l := &leases[i]
+		if !l.MoreQuotas {
+			if ratefield.Shown(&l.Quota, in.disclose) {
+				policy, limit = ratefield.AppendQuota(policy, limit, &l.Quota, l.Over)
+			}
+			continue
+		}
+		for _, q := range l.Quotas(nil) {
 			if ratefield.Shown(&q, in.disclose) {
-				policy, limit = ratefield.AppendQuota(policy, limit, &q, leases[i].Over)
+				policy, limit = ratefield.AppendQuota(policy, limit, &q, l.Over)
 			}
 		}
 	}
@@ -328,39 +333,24 @@ func outcomeOf(ctx context.Context, err error) shed.Outcome {
 	return shed.Completed
 }
 
-// request resolves the shed Request of a call.
-func (in *Interceptors) request(ctx context.Context, method string, md metadata.MD) shed.Request {
+// request resolves the shed Request of a call. Metadata is read one key
+// at a time, and only the keys the config needs: copying the whole
+// incoming metadata would cost more than the rest of the decision.
+func (in *Interceptors) request(ctx context.Context, method string) shed.Request {
 	req := shed.Request{Route: method, Cost: 1}
-	var addr netip.Addr
-	var addrKey string
-	havePeer := false
-	resolve := func() {
-		if havePeer {
-			return
-		}
-		havePeer = true
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.Addr == nil {
-			return
-		}
-		var vals []string
-		if in.ip.Trusting() {
-			vals = md.Get(in.ipHeader)
-		}
-		text := p.Addr.String()
-		addr, _ = in.ip.Addr(text, vals)
-		addrKey, _ = in.ip.Key(text, vals)
-	}
+	var caller netip.Addr
 	if in.key != nil {
 		if k, ok := in.key(ctx, method); ok && len(k) <= MaxKeyLength {
 			req.Key = k
 		}
 	}
+	if req.Key == "" || in.trust != nil {
+		caller = in.caller(ctx)
+	}
 	if req.Key == "" {
-		resolve()
-		req.Key = addrKey
-		if req.Key == "" {
-			req.Key = "unknown"
+		req.Key = "unknown"
+		if caller.IsValid() {
+			req.Key = in.ip.KeyOf(caller)
 		}
 	}
 
@@ -369,9 +359,8 @@ func (in *Interceptors) request(ctx context.Context, method string, md metadata.
 		prio = p
 	}
 	if in.trust != nil {
-		if w := first(md, propagation.PriorityMetadata); w != "" {
-			resolve()
-			if p, err := in.trust.Accept(w, addr, first(md, propagation.TokenMetadata), req.Key); err == nil && p.Valid() {
+		if w := first(ctx, propagation.PriorityMetadata); w != "" {
+			if p, err := in.trust.Accept(w, caller, first(ctx, propagation.TokenMetadata), req.Key); err == nil && p.Valid() {
 				prio = p
 			}
 		}
@@ -388,8 +377,37 @@ func (in *Interceptors) request(ctx context.Context, method string, md metadata.
 	return req
 }
 
-func first(md metadata.MD, key string) string {
-	if v := md.Get(key); len(v) > 0 {
+// caller returns the caller's address: the peer's, through the trusted
+// proxies; invalid when the peer has no IP address.
+func (in *Interceptors) caller(ctx context.Context) netip.Addr {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}
+	}
+	var a netip.Addr
+	switch addr := p.Addr.(type) {
+	case *net.TCPAddr:
+		a = addr.AddrPort().Addr()
+	default:
+		ap, err := netip.ParseAddrPort(p.Addr.String())
+		if err != nil {
+			return netip.Addr{}
+		}
+		a = ap.Addr()
+	}
+	if !a.IsValid() {
+		return a
+	}
+	var vals []string
+	if in.ip.Trusting() {
+		vals = metadata.ValueFromIncomingContext(ctx, in.ipHeader)
+	}
+	return in.ip.Client(a, vals)
+}
+
+// first returns the first value of the incoming metadata key.
+func first(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
 		return v[0]
 	}
 	return ""

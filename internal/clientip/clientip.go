@@ -110,13 +110,23 @@ func (c *Resolver) addr(peerText string, vals []string) (netip.Addr, string, boo
 	if !ok {
 		return netip.Addr{}, "", false
 	}
+	if a := c.Client(peer, vals); a != peer {
+		return a, "", true
+	}
+	return peer, text, true
+}
+
+// Client is Addr for a peer address already parsed (a gRPC peer's):
+// the client's address, through the trusted proxies.
+func (c *Resolver) Client(peer netip.Addr, vals []string) netip.Addr {
+	peer = peer.WithZone("").Unmap()
 	if c == nil || len(c.trusted) == 0 || !c.Trusted(peer) || len(vals) == 0 {
-		return peer, text, true
+		return peer
 	}
 	if c.forwarded {
-		return c.walkForwarded(vals, peer), "", true
+		return c.walkForwarded(vals, peer)
 	}
-	return c.walkList(vals, peer), "", true
+	return c.walkList(vals, peer)
 }
 
 // walkList walks comma-separated address lists right to left; empty list
@@ -332,10 +342,7 @@ func (c *Resolver) Key(peer string, vals []string) (string, bool) {
 		return "", false
 	}
 	if c != nil && c.v6bits > 0 && c.v6bits < 128 && a.Is6() {
-		p, err := a.Prefix(c.v6bits)
-		if err == nil {
-			return p.String(), true
-		}
+		return c.KeyOf(a), true
 	}
 	// The common case, the peer "1.2.3.4:5678" itself, needs no new string:
 	// netip accepts only canonical dotted quads, so the text that parsed as
@@ -344,6 +351,16 @@ func (c *Resolver) Key(peer string, vals []string) (string, bool) {
 		return text, true
 	}
 	return a.String(), true
+}
+
+// KeyOf is Key for a client address already resolved (Client).
+func (c *Resolver) KeyOf(a netip.Addr) string {
+	if c != nil && c.v6bits > 0 && c.v6bits < 128 && a.Is6() {
+		if p, err := a.Prefix(c.v6bits); err == nil {
+			return p.String()
+		}
+	}
+	return a.String()
 }
 
 // peerIPv4 returns the host of a peer address that is a canonical IPv4
