@@ -211,6 +211,9 @@ type answer struct {
 	limits       []limitItem // RateLimit
 	policies     []limitItem // RateLimit-Policy
 	transportErr bool
+	// pending: the answer comes later (a stream's first message), and
+	// is counted then.
+	pending bool
 }
 
 // call is one request through the client: send makes one attempt.
@@ -252,7 +255,7 @@ func (c *Client) run(ctx context.Context, cl call) error {
 		d.attempt(now, attempt > 0)
 		a := cl.send(ctx, attempt)
 		now = c.clock.Now()
-		if !a.transportErr {
+		if !a.transportErr && !a.pending {
 			d.count(cl.priority, now, !a.rejected)
 		}
 		d.learn(cl.scope, &a, now, c.cfg.MaxBlock)

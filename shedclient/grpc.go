@@ -2,6 +2,8 @@ package shedclient
 
 import (
 	"context"
+	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,7 +54,9 @@ func (c *Client) UnaryInterceptor() grpc.UnaryClientInterceptor {
 
 // StreamInterceptor returns a gRPC client interceptor that propagates the
 // context's priority on streams and holds back the streams of a spent
-// quota or a throttled destination. Streams are never retried.
+// quota or a throttled destination. A stream's first message (or its
+// rejection, which arrives there) tells whether the server took it.
+// Streams are never retried.
 func (c *Client) StreamInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		prio, hasPrio := shed.PriorityFrom(ctx)
@@ -62,16 +66,55 @@ func (c *Client) StreamInterceptor() grpc.StreamClientInterceptor {
 		ctx = c.outgoingGRPC(ctx, hasPrio, prio)
 		var cs grpc.ClientStream
 		var err error
-		cl := call{dest: c.dest(cc.Target()), scope: method, priority: prio}
+		d := c.dest(cc.Target())
+		cl := call{dest: d, scope: method, priority: prio}
 		cl.send = func(ctx context.Context, _ int) answer {
 			cs, err = streamer(ctx, desc, cc, method, opts...)
-			return answerOfGRPC(err, nil, nil)
+			if err != nil {
+				return answerOfGRPC(err, nil, nil)
+			}
+			return answer{pending: true}
 		}
 		if e := c.run(ctx, cl); e != nil {
 			return nil, e
 		}
-		return cs, err
+		if err != nil {
+			return nil, err
+		}
+		return &watchedStream{ClientStream: cs, c: c, d: d, scope: method, prio: prio}, nil
 	}
+}
+
+// watchedStream learns from a stream's first answer what a unary call's
+// end teaches: whether the server took it, and its RateLimit fields.
+type watchedStream struct {
+	grpc.ClientStream
+	c     *Client
+	d     *dest
+	scope string
+	prio  shed.Priority
+	once  sync.Once
+}
+
+func (s *watchedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.once.Do(func() {
+		var a answer
+		switch {
+		case err == nil:
+			h, _ := s.ClientStream.Header()
+			a = answerOfGRPC(nil, h, nil)
+		case err == io.EOF:
+		default:
+			a = answerOfGRPC(err, nil, s.ClientStream.Trailer())
+		}
+		now := s.c.clock.Now()
+		if !a.transportErr {
+			s.d.count(s.prio, now, !a.rejected)
+		}
+		s.d.learn(s.scope, &a, now, s.c.cfg.MaxBlock)
+	})
+	return err
 }
 
 // outgoingGRPC adds the propagated priority (and token) to the outgoing

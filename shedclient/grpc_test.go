@@ -51,7 +51,7 @@ func grpcRig(t *testing.T, client *shedclient.Client) (*shedtest.Layer, *atomic.
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(client.UnaryInterceptor()))
+		grpc.WithChainUnaryInterceptor(client.UnaryInterceptor()), grpc.WithChainStreamInterceptor(client.StreamInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +128,26 @@ func TestGRPCSpentQuotaFromAnAdmittedCallHoldsOnlyItsMethod(t *testing.T) {
 	// Another method was never said to be under that quota.
 	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("another method: %v", err)
+	}
+}
+
+func TestGRPCStreamRejectionIsLearnt(t *testing.T) {
+	clock := newInstantClock()
+	layer, _, client := grpcRig(t, shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1}))
+	q := shed.Quota{Policy: "streams", Limit: 2, Window: time.Minute, Reset: 15 * time.Second}
+	layer.Reject(shed.Throttled("too many streams", 15*time.Second, q))
+	st, err := client.FullDuplexCall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("first stream: %v", err)
+	}
+	before := layer.Rejected()
+	if _, err := client.FullDuplexCall(context.Background()); !errors.Is(err, shedclient.ErrThrottled) {
+		t.Fatalf("a stream under the spent quota: %v", err)
+	}
+	if layer.Rejected() != before {
+		t.Fatal("the second stream reached the server")
 	}
 }
