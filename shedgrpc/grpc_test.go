@@ -92,6 +92,26 @@ func (r *rig) last(t *testing.T) shed.Request {
 	return r.reqs[len(r.reqs)-1]
 }
 
+// serve starts a real gRPC server on 127.0.0.1 with opts and the services
+// register adds, and returns a connection to it; both end with the test.
+func serve(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
+	srv := grpc.NewServer(opts...)
+	register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // newRig starts a real gRPC server on 127.0.0.1 protected by a chain of one
 // test layer, with a health service beside the test service.
 func newRig(t *testing.T, cfg shedgrpc.Config) *rig {
@@ -110,20 +130,10 @@ func newRig(t *testing.T, cfg shedgrpc.Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(r.in.ServerOptions()...)
-	testpb.RegisterTestServiceServer(srv, r.svc)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	r.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.conn.Close() })
+	r.conn = serve(t, r.in.ServerOptions(), func(srv *grpc.Server) {
+		testpb.RegisterTestServiceServer(srv, r.svc)
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+	})
 	return r
 }
 
@@ -388,19 +398,9 @@ func TestObserverSeesCallsAsHTTPRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(shedgrpc.MustServerOptions(chain, shedgrpc.Config{})...)
-	testpb.RegisterTestServiceServer(srv, &service{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serve(t, shedgrpc.MustServerOptions(chain, shedgrpc.Config{}), func(srv *grpc.Server) {
+		testpb.RegisterTestServiceServer(srv, &service{})
+	})
 	client := testpb.NewTestServiceClient(conn)
 	if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{}); err != nil {
 		t.Fatal(err)
