@@ -7,7 +7,7 @@ import (
 )
 
 // TestTwoServices is the bounded version of the demonstration: three
-// set-ups run twice for 0.75s each, interleaved, at 5x B's capacity. It
+// set-ups run twice for 1s each, interleaved, at 5x B's capacity. It
 // asserts orderings, not the full run's figures (go run
 // ./examples/twoservices), since the machine running the suite is shared: with propagation A's critical calls succeed far more
 // often than without, and more often than its sheddable ones; with the
@@ -17,7 +17,7 @@ func TestTwoServices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load run")
 	}
-	base := Setup{Work: 5 * time.Millisecond, Load: 5, Critical: 0.05, Duration: 750 * time.Millisecond, Timeout: time.Second}
+	base := Setup{Work: 10 * time.Millisecond, Load: 5, Critical: 0.05, Duration: time.Second, Timeout: time.Second}
 	var setups []Setup
 	for _, f := range [][2]bool{{false, false}, {true, false}, {true, true}} {
 		s := base
@@ -32,6 +32,14 @@ func TestTwoServices(t *testing.T) {
 		t.Log(r)
 	}
 	blind, prop, coop := results[0], results[1], results[2]
+	// A machine so busy (the whole suite running at once on two cores)
+	// that the load generator falls behind offers neither the load nor B
+	// its core: the run measures the machine, not loadshed.
+	for _, r := range results {
+		if r.Behind > base.Duration/4 {
+			t.Skipf("the load generator fell %v behind: the machine is too busy for a load run", r.Behind)
+		}
+	}
 
 	if prop.CriticalSuccess() <= blind.CriticalSuccess() || prop.CriticalSuccess() <= prop.SheddableSuccess() {
 		t.Errorf("propagation: critical success %.3f, without it %.3f, sheddable %.3f",

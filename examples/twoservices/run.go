@@ -60,6 +60,10 @@ type Result struct {
 	// completed.
 	BRejected, BDone int64
 	Elapsed          time.Duration
+	// Behind is how late A sent its last call: a machine too busy to run
+	// the load generator on time offers less than Load, and the run says
+	// little about B.
+	Behind time.Duration
 }
 
 // add adds another run of the same setup to r.
@@ -74,6 +78,7 @@ func (r *Result) add(o Result) {
 	r.BRejected += o.BRejected
 	r.BDone += o.BDone
 	r.Elapsed += o.Elapsed
+	r.Behind = max(r.Behind, o.Behind)
 }
 
 // RunInterleaved runs each setup rounds times, one round of every setup
@@ -359,6 +364,7 @@ func Run(ctx context.Context, s Setup) (Result, error) {
 			mu.Unlock()
 		}()
 	}
+	res.Behind = max(0, time.Since(start)-s.Duration)
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	res.BRejected, res.BDone = b.rejected.Load(), b.done.Load()
