@@ -211,6 +211,10 @@ type answer struct {
 	limits       []limitItem // RateLimit
 	policies     []limitItem // RateLimit-Policy
 	transportErr bool
+	// timedOut: the request's deadline passed before an answer. The
+	// destination did not accept it in time, which throttling counts as
+	// it counts a rejection (it is never retried: no time is left).
+	timedOut bool
 	// pending: the answer comes later (a stream's first message), and
 	// is counted then.
 	pending bool
@@ -255,8 +259,8 @@ func (c *Client) run(ctx context.Context, cl call) error {
 		d.attempt(now, attempt > 0)
 		a := cl.send(ctx, attempt)
 		now = c.clock.Now()
-		if !a.transportErr && !a.pending {
-			d.count(cl.priority, now, !a.rejected)
+		if a.timedOut || !a.transportErr && !a.pending {
+			d.count(cl.priority, now, !a.rejected && !a.timedOut)
 		}
 		d.learn(cl.scope, &a, now, c.cfg.MaxBlock)
 		if !a.rejected || a.noRetry || attempt >= c.cfg.MaxRetries || c.cfg.RetryBudget < 0 {

@@ -109,8 +109,8 @@ func (s *watchedStream) RecvMsg(m any) error {
 			a = answerOfGRPC(err, nil, s.ClientStream.Trailer())
 		}
 		now := s.c.clock.Now()
-		if !a.transportErr {
-			s.d.count(s.prio, now, !a.rejected)
+		if a.timedOut || !a.transportErr {
+			s.d.count(s.prio, now, !a.rejected && !a.timedOut)
 		}
 		s.d.learn(s.scope, &a, now, s.c.cfg.MaxBlock)
 	})
@@ -164,7 +164,9 @@ func answerOfGRPC(err error, header, trailer metadata.MD) answer {
 		} else {
 			a.transportErr = true
 		}
-	case codes.Canceled, codes.DeadlineExceeded:
+	case codes.DeadlineExceeded:
+		a.transportErr, a.timedOut = true, true
+	case codes.Canceled:
 		a.transportErr = true
 	}
 	return a

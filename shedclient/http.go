@@ -2,6 +2,7 @@ package shedclient
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 
@@ -59,7 +60,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err = t.base.RoundTrip(r)
 		if err != nil {
-			return answer{transportErr: true}
+			return answer{transportErr: true, timedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
 		}
 		return answerOfHTTP(resp, t.c.clock)
 	}

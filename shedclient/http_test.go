@@ -340,3 +340,28 @@ func TestRetryAfterDateAndScopes(t *testing.T) {
 		t.Fatalf("server saw %d requests, want 2", n)
 	}
 }
+
+func TestTimeoutsCountAgainstTheDestination(t *testing.T) {
+	// The server never answers within the deadline: each request times
+	// out, which throttling counts as it counts a rejection.
+	release := make(chan struct{})
+	srv := newServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	c := &http.Client{Transport: shedclient.New(shedclient.Config{RetryBudget: -1}).Transport(nil)}
+	throttled := 0
+	for range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		if _, err := get(t, c, ctx, srv.URL); errors.Is(err, shedclient.ErrThrottled) {
+			throttled++
+		}
+		cancel()
+	}
+	if throttled < 20 {
+		t.Fatalf("%d of 40 requests to a destination that never answers in time were held back", throttled)
+	}
+}
