@@ -447,11 +447,10 @@ func Trailer(rej *shed.Rejection, disclose bool) metadata.MD {
 	}
 	var policy, limit []byte
 	for i := range rej.Policies {
-		q, ok := ratefield.Violated(rej, i, disclose)
-		if !ok {
-			continue
+		if q := &rej.Policies[i]; ratefield.Shown(q, disclose) {
+			cut := ratefield.CutReset(*q, rej.RetryAfter)
+			policy, limit = ratefield.AppendQuota(policy, limit, &cut, false)
 		}
-		policy, limit = ratefield.AppendQuota(policy, limit, &q, false)
 	}
 	if len(policy) > 0 {
 		md[RateLimitPolicyKey] = []string{string(policy)}

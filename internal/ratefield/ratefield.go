@@ -110,23 +110,22 @@ func AppendQuota(policy, limit []byte, q *shed.Quota, over bool) ([]byte, []byte
 	return AppendPolicyItem(policy, q), AppendLimitItem(limit, q, over)
 }
 
-// Shown reports whether q goes into the fields clients see: a quota, and
-// not the service's own capacity unless disclose says so.
-func Shown(q *shed.Quota, disclose bool) bool { return !q.IsZero() && (disclose || !q.Service) }
+// Shown reports whether q goes into the fields clients see: a quota, not
+// the service's own capacity unless disclose says so, and never a limit in
+// dry run (nobody enforces it, and a client honouring it would slow down
+// for nothing).
+func Shown(q *shed.Quota, disclose bool) bool {
+	return !q.IsZero() && (disclose || !q.Service) && !q.DryRun
+}
 
-// Violated returns the i-th policy of rej as clients are told of it, and
-// whether they are told of it at all (Shown). The draft asks that
-// Retry-After not point before the end of the effective window (t): a
-// client told r=0 for t seconds should not be told to come back sooner.
-// Units may come back before the whole quota does, so t is cut to the
-// retry time, not the reverse.
-func Violated(rej *shed.Rejection, i int, disclose bool) (shed.Quota, bool) {
-	q := rej.Policies[i]
-	if !Shown(&q, disclose) {
-		return q, false
+// CutReset returns a violated policy as clients are told of it. The draft
+// asks that Retry-After not point before the end of the effective window
+// (t): a client told r=0 for t seconds should not be told to come back
+// sooner. Units may come back before the whole quota does, so t is cut to
+// the retry time, not the reverse.
+func CutReset(q shed.Quota, retryAfter time.Duration) shed.Quota {
+	if retryAfter > 0 && q.Reset > retryAfter {
+		q.Reset = retryAfter
 	}
-	if rej.RetryAfter > 0 && q.Reset > rej.RetryAfter {
-		q.Reset = rej.RetryAfter
-	}
-	return q, true
+	return q
 }
