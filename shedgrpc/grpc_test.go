@@ -439,3 +439,15 @@ func TestAdmittedCallCarriesRateLimitHeader(t *testing.T) {
 		t.Fatalf("ratelimit-policy %q", got)
 	}
 }
+
+func TestDryRunQuotasAreNotShown(t *testing.T) {
+	r := newRig(t, shedgrpc.Config{})
+	r.layer.Quota = shed.Quota{Policy: "new-limit", Limit: 10, Window: time.Minute, Remaining: 0, Reset: 30 * time.Second, DryRun: true}
+	var header metadata.MD
+	if _, err := r.client().UnaryCall(context.Background(), &testpb.SimpleRequest{}, grpc.Header(&header)); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get(shedgrpc.RateLimitKey); len(got) != 0 {
+		t.Fatalf("a limit in dry run is shown: %q", got)
+	}
+}
