@@ -43,7 +43,16 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	if err := ctx.Err(); err != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
 	}
-	if !r.gate.Try(r.clock.Now().UnixNano()) {
+	keys := make([]string, 0, 2)
+	bounds := make([]int64, 0, 2)
+	if k := r.KeyFor(req); k != "" {
+		keys, bounds = append(keys, k), append(bounds, r.perKey)
+	}
+	if r.allKey != "" {
+		keys, bounds = append(keys, r.allKey), append(bounds, r.limit)
+	}
+	// The sets share one slot: on a Cluster, the gate of its node decides.
+	if len(keys) == 0 || !r.gate.TryKey(r.clock.Now().UnixNano(), keys[0]) {
 		return r.acquireLocal(ctx, req)
 	}
 	cost := req.Units()
@@ -54,14 +63,6 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 			return r.dryRunLease(cost), nil
 		}
 		return shed.Lease{}, r.rejection(req, over, 0)
-	}
-	keys := make([]string, 0, 2)
-	bounds := make([]int64, 0, 2)
-	if k := r.KeyFor(req); k != "" {
-		keys, bounds = append(keys, k), append(bounds, r.perKey)
-	}
-	if r.allKey != "" {
-		keys, bounds = append(keys, r.allKey), append(bounds, r.limit)
 	}
 	seq := r.seq.Add(1)
 	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
@@ -147,15 +148,29 @@ func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]
 	for _, b := range bounds {
 		args = append(args, b)
 	}
-	e.expires.Store(r.clock.Now().Add(r.ttl).UnixNano())
-	res, err := acquireScript.Run(r.deadlines.Bound(ctx), r.client, e.keys, args...).Int64Slice()
+	now := r.clock.Now()
+	e.expires.Store(now.Add(r.ttl).UnixNano())
+	// A reply saying the script did not run (a slot migrating, a failover
+	// in progress) is retried here, within the timeout, with a backoff
+	// shorter than go-redis's (RunOnce: go-redis's own retries of TRYAGAIN
+	// start at 8ms and end a 50ms budget with a bare deadline error, which
+	// would look like an outage).
+	bound := r.deadlines.Bound(ctx)
+	var res []int64
+	var err error
+	for attempt := 0; ; attempt++ {
+		res, err = acquireScript.RunOnce(bound, r.client, e.keys, args...).Int64Slice()
+		if !redisx.Again(bound, err, attempt) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	if len(res) < 2 || (res[0] == 0 && (len(res) < 3 || res[1] < 1 || res[1] > int64(len(e.keys)))) {
 		return nil, fmt.Errorf("concurrency: unexpected reply from the acquire script: %v", res)
 	}
-	r.gate.Answered()
+	r.gate.AnsweredKey(now.UnixNano(), e.keys[0])
 	return res, nil
 }
 
@@ -169,7 +184,7 @@ func (r *RedisLayer) failed(ctx context.Context, req shed.Request, e *redisLease
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
 	}
 	if redisx.IsOutage(err) {
-		r.gate.Failed(r.clock.Now().UnixNano())
+		r.gate.FailedKey(r.clock.Now().UnixNano(), e.keys[0])
 	}
 	// Redis is down, slow, or refused this one request (an error reply):
 	// either way the local share decides it.

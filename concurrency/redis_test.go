@@ -482,7 +482,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	clock := shedtest.NewClock(t0)
-	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 4, Clock: clock}, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 8, Clock: clock}, Prefix: redistest.Prefix(t), ExpectedInstances: 2,
 		Timeout: 30 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, TTL: time.Minute})
 	ctx := context.Background()
 	// A connection open first: dialling through the proxy on a loaded
@@ -508,8 +508,9 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	if !r.Fallback() || r.Fallbacks() != 1 {
 		t.Fatalf("Fallback() %v, Fallbacks() %d", r.Fallback(), r.Fallbacks())
 	}
-	// The local share is 4 ÷ 2 = 2, and until ProbeInterval passes no request
-	// tries Redis.
+	// The local share is 8 ÷ 2 = 4, of which this instance still holds 2
+	// in Redis (issue 23: the fallback starts from what it holds), and
+	// until ProbeInterval passes no request tries Redis.
 	tried := px.accepted.Load()
 	_, err = r.Acquire(ctx, shed.Request{})
 	if rej := shedtest.Rejection(t, err); !rej.Fallback || rej.Status != http.StatusServiceUnavailable {

@@ -141,6 +141,9 @@ type Redis struct {
 
 	over  *overLimitCache
 	batch *batcher
+	// learnt is what Redis last said of each key (remaining, reset), from
+	// which the fallback starts.
+	learnt learntStates
 
 	// gate keeps requests off Redis after an outage, but for one probe
 	// per ProbeInterval; the layers on one client share it.
@@ -278,12 +281,24 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 
 // roundTrip runs the script unless Redis failed recently, and records how
 // it went.
+// On a Cluster, replies saying the script did not run (a slot migrating,
+// a failover in progress: redisx.NotRun) are retried within the timeout,
+// and only the node serving the key's slot is left alone after an outage.
 func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int64, now time.Time) (reply, error) {
 	t := now.UnixNano()
-	if !r.gate.Try(t) {
+	rk := r.RedisKey(key)
+	if !r.gate.TryKey(t, rk) {
 		return reply{}, errRedisDown
 	}
-	rep, err := r.call(ctx, op, key, want, takeMax)
+	bound := r.deadlines.Bound(ctx)
+	var rep reply
+	var err error
+	for attempt := 0; ; attempt++ {
+		rep, err = r.call(bound, op, rk, want, takeMax)
+		if !redisx.Again(bound, err, attempt) {
+			break
+		}
+	}
 	switch {
 	case ctx.Err() != nil:
 		// Cut short by the caller's own context: says nothing about Redis.
@@ -291,10 +306,13 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 		// At the failure, not at the start: the interval counts from when
 		// Redis was last found unresponsive, so the layers after this one
 		// in the same request do not wait for it again.
-		r.gate.Failed(r.clock.Now().UnixNano())
+		r.gate.FailedKey(r.clock.Now().UnixNano(), rk)
 	default:
 		// It answered, if only with an error for this key.
-		r.gate.Answered()
+		r.gate.AnsweredKey(t, rk)
+		if err == nil && op == opAllow {
+			r.learnt.note(key, rep.remaining, t+rep.reset)
+		}
 	}
 	return rep, err
 }
