@@ -221,7 +221,7 @@ func TestClusterReshard(t *testing.T) {
 			moved := make(chan struct{})
 			time.AfterFunc(300*time.Millisecond, func() {
 				defer close(moved)
-				cl.MigrateSlot(slot, 20*time.Millisecond)
+				cl.MigrateSlot(slot, 5*time.Millisecond)
 			})
 			ds := redistest.Drive(clusterRate, 1500*time.Millisecond, func() (d redistest.Decision) {
 				res, fb, err := r.Decide(bg, key, 1)

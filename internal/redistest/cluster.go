@@ -268,6 +268,7 @@ func (c *Cluster) Restore() {
 			c.start(a)
 		}
 	}
+	c.finishMigrations()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if err := c.healthy(); err == nil {
 			return
@@ -325,6 +326,18 @@ func (c *Cluster) healthy() error {
 // a load running meanwhile meets ASK and TRYAGAIN. It returns the target.
 func (c *Cluster) MigrateSlot(slot int, pause time.Duration) NodeInfo {
 	c.t.Helper()
+	dst, finish := c.BeginMigration(slot)
+	time.Sleep(pause)
+	finish(pause)
+	return dst
+}
+
+// BeginMigration marks slot MIGRATING on its master and IMPORTING on
+// another, and returns the target and the function that moves the keys
+// and hands the slot over (pausing between the two). Until then a
+// multi-key command whose keys are partly in the source gets TRYAGAIN.
+func (c *Cluster) BeginMigration(slot int) (NodeInfo, func(pause time.Duration)) {
+	c.t.Helper()
 	src := c.MasterOf(slot)
 	var dst NodeInfo
 	for _, n := range c.Nodes() {
@@ -333,35 +346,73 @@ func (c *Cluster) MigrateSlot(slot int, pause time.Duration) NodeInfo {
 			break
 		}
 	}
-	must := func(addr string, args ...any) any {
-		c.t.Helper()
-		v, err := c.do(addr, args...)
-		if err != nil {
-			c.t.Fatalf("redistest: %v on %s: %v", args, addr, err)
-		}
-		return v
+	c.must(dst.Addr, "cluster", "setslot", slot, "importing", src.ID)
+	c.must(src.Addr, "cluster", "setslot", slot, "migrating", dst.ID)
+	return dst, func(pause time.Duration) { c.finishMigration(slot, src, dst, pause) }
+}
+
+// must runs a command on one node, reporting an error as a test error (it
+// runs on other goroutines than the test's too).
+func (c *Cluster) must(addr string, args ...any) any {
+	v, err := c.do(addr, args...)
+	if err != nil {
+		c.t.Errorf("redistest: %v on %s: %v", args, addr, err)
 	}
-	must(dst.Addr, "cluster", "setslot", slot, "importing", src.ID)
-	must(src.Addr, "cluster", "setslot", slot, "migrating", dst.ID)
-	time.Sleep(pause)
+	return v
+}
+
+// finishMigration moves slot's keys from src to dst and hands the slot
+// over to dst on every master.
+func (c *Cluster) finishMigration(slot int, src, dst NodeInfo, pause time.Duration) {
 	host, port, _ := strings.Cut(dst.Addr, ":")
 	for {
-		ks := must(src.Addr, "cluster", "getkeysinslot", slot, 10).([]any)
+		ks, _ := c.must(src.Addr, "cluster", "getkeysinslot", slot, 10).([]any)
 		if len(ks) == 0 {
 			break
 		}
 		args := append([]any{"migrate", host, port, "", 0, 5000, "keys"}, ks...)
-		must(src.Addr, args...)
-	}
-	time.Sleep(pause)
-	must(dst.Addr, "cluster", "setslot", slot, "node", dst.ID)
-	must(src.Addr, "cluster", "setslot", slot, "node", dst.ID)
-	for _, n := range c.Nodes() {
-		if n.Master && !n.Failed && n.ID != src.ID && n.ID != dst.ID {
-			must(n.Addr, "cluster", "setslot", slot, "node", dst.ID)
+		if c.must(src.Addr, args...) == nil {
+			return
 		}
 	}
-	return dst
+	time.Sleep(pause)
+	c.must(dst.Addr, "cluster", "setslot", slot, "node", dst.ID)
+	c.must(src.Addr, "cluster", "setslot", slot, "node", dst.ID)
+	for _, n := range c.Nodes() {
+		if n.Master && !n.Failed && n.ID != src.ID && n.ID != dst.ID {
+			c.must(n.Addr, "cluster", "setslot", slot, "node", dst.ID)
+		}
+	}
+}
+
+// finishMigrations completes the migrations a failed test left half done
+// (a slot MIGRATING on its master), as redis-cli --cluster fix would.
+func (c *Cluster) finishMigrations() {
+	for _, a := range c.Addrs {
+		v, err := c.do(a, "cluster", "nodes")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(v.(string)), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 || !strings.Contains(f[2], "myself") {
+				continue
+			}
+			for _, r := range f[8:] {
+				// [slot->-target] on the source
+				slotS, target, ok := strings.Cut(strings.Trim(r, "[]"), "->-")
+				if !ok {
+					continue
+				}
+				slot, _ := strconv.Atoi(slotS)
+				for _, n := range c.Nodes() {
+					if n.ID == target {
+						c.finishMigration(slot, NodeInfo{ID: f[0], Addr: a}, n, 0)
+					}
+				}
+			}
+		}
+	}
 }
 
 // KillMaster kills the master serving slot (SIGKILL) and returns at once,
