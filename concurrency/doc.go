@@ -94,19 +94,19 @@
 // pipeline, so a request pays one round trip instead of two. A request of
 // cost c is c members ("id", "id#2", ...).
 //
-// Keys, with Prefix p (default "loadshed:cc:") and d the base64url SHA-256
-// of the user key (so no key a client sends can leave its set or move the
-// hash tag):
+// Keys, with Prefix p (default "loadshed:cc:", its trailing ':' dropped)
+// and d the base64url SHA-256 of the user key (so no key a client sends
+// can leave its set or move the hash tag):
 //
-//	{pall}         the overall set (with an overall limit)
-//	{pall}:k:d     a key's set, when there is also an overall limit
-//	pk:{d}         a key's set, when there is only a per-key limit
-//	{pinstances}   the live instances (see below)
+//	{p:leases}              the overall lease set (with an overall limit)
+//	{p:leases}:key:d        a key's lease set, beside an overall limit
+//	{p:leases:key:d}        a key's lease set, when there is only a per-key limit
+//	{p:presence}            the live instances (see below)
 //
 // The part in braces is the Redis Cluster hash tag: the sets one script
 // touches must share a slot, so with an overall limit every set shares the
-// tag {pall} (and so one Cluster node); with only per-key limits each key
-// has its own tag and keys spread over the Cluster. Every key has a TTL;
+// tag {p:leases} (and so one Cluster node); with only per-key limits each
+// key has its own tag and keys spread over the Cluster. Every key has a TTL;
 // Redis deletes a set when its last member goes.
 //
 // Leases expire after RedisConfig.TTL (default 10s) unless renewed: that is

@@ -180,8 +180,12 @@ func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]
 // for removal.
 func (r *RedisLayer) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
 	r.forget(e)
-	if ctx.Err() != nil {
-		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
+	if redisx.CallerGone(ctx) {
+		cause := ctx.Err()
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", cause)
 	}
 	if redisx.IsOutage(err) {
 		r.gate.FailedKey(r.clock.Now().UnixNano(), e.keys[0])

@@ -29,7 +29,7 @@
 // Each instance counts its own units in flight by priority with atomics.
 // Every Config.Interval (100ms by default, down to 10ms) a background tick
 // runs one Lua script on three keys sharing one hash tag
-// ("{<Prefix>usage}:entries", ":expiry", ":totals"; Cluster-safe): it
+// ("{<Prefix>:usage}:entries", ":expiry", ":totals"; Cluster-safe): it
 // publishes this instance's counts, drops the entries of instances that
 // stopped publishing, and returns the fleet's totals and the number of
 // live instances. Entries expire by the Redis server's clock, Config.TTL

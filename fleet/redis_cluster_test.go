@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 

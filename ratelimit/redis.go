@@ -99,8 +99,8 @@ type FallbackDecider interface {
 // of hosts never admit more than an exact algorithm's limit. The figures
 // are those of the in-memory store.
 //
-// Keys. <Prefix><algorithm>:{<base64url SHA-256 of the key>}: the digest is
-// the Cluster hash tag, so no key, whatever its bytes or length, can move
+// Keys. {<Prefix>:<algorithm>:<base64url SHA-256 of the key>}: the digest is
+// in the Cluster hash tag, so no key, whatever its bytes or length, can move
 // the tag or reach another key's state (see RedisKey). Every write sets a
 // TTL for as long as the state matters (a bucket until it is full, a
 // window until it ends, the log until its newest unit expires), so idle keys
@@ -192,7 +192,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	r.args = newStaticArgs(alg, limit)
 	r.setTTLSlack(1)
 	if r.userFall == nil && r.expected == 0 {
-		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed("instances"), 0)
+		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed(redisx.PresenceName), 0)
 	}
 	switch n := cfg.OverLimitKeys; {
 	case n == 0:
@@ -300,7 +300,7 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 		}
 	}
 	switch {
-	case ctx.Err() != nil:
+	case redisx.CallerGone(ctx):
 		// Cut short by the caller's own context: says nothing about Redis.
 	case redisx.IsOutage(err):
 		// At the failure, not at the start: the interval counts from when
@@ -391,9 +391,10 @@ func (r *Redis) noteOver(key string, now time.Time, rep reply, epoch uint64) {
 
 // RedisKey returns the key under which the store keeps key's state:
 //
-//	<prefix><algorithm>:{<base64url SHA-256 of key>}
+//	{<prefix>:<algorithm>:<base64url SHA-256 of key>}
 //
-// The digest is the Cluster hash tag, so whatever bytes the key holds
+// (the prefix without its trailing ':'). The whole key is the Cluster hash
+// tag, and the digest in it, so whatever bytes the key holds
 // (braces, spaces, newlines, megabytes) they can neither move the tag nor
 // reach another key's state, and every Redis key has the same bounded size.
 func (r *Redis) RedisKey(key string) string {

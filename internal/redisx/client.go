@@ -91,6 +91,18 @@ func Again(ctx context.Context, err error, attempt int) bool {
 	}
 }
 
+// CallerGone reports whether the caller's own context has ended: cancelled,
+// or past its deadline. A round trip cut short by it says nothing about
+// Redis. The deadline is read too, since a read that timed out at the
+// caller's deadline can return before the context's timer marks it done.
+func CallerGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 // Reload asks a Cluster client (any client with a ReloadState method, as
 // *redis.ClusterClient has) to reload its slot map in the background.
 // go-redis otherwise reloads it every ClusterStateReloadInterval (60s by
