@@ -16,11 +16,8 @@ import (
 
 // The Redis Cluster tests of issue 23 for the concurrency layer, on the
 // cluster scripts/test.sh starts; the load is scaled down from the issue's
-// 500 req/s for 15s (see ratelimit/redis_cluster_test.go).
+// 500 req/s for 15s (redistest.FailoverLoad).
 const (
-	clusterRate   = 200
-	clusterRun    = 5 * time.Second
-	clusterKillAt = time.Second
 	// clusterLost: leases a killed master may have added without its
 	// replica having them yet (asynchronous replication).
 	clusterLost = 3
@@ -130,9 +127,10 @@ func TestClusterFailover(t *testing.T) {
 	var f inFlight
 	var timings redistest.Timings
 	killed := make(chan (<-chan time.Time), 1)
-	time.AfterFunc(clusterKillAt, func() { killed <- cl.KillMaster(slot) })
+	rate, run, killAt := redistest.FailoverLoad()
+	time.AfterFunc(killAt, func() { killed <- cl.KillMaster(slot) })
 	ctx := context.Background()
-	ds := redistest.Drive(clusterRate, clusterRun, func() (d redistest.Decision) {
+	ds := redistest.Drive(rate, run, func() (d redistest.Decision) {
 		var ls shed.Lease
 		var err error
 		start := time.Now()

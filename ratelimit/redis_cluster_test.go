@@ -15,13 +15,9 @@ import (
 
 // The Redis Cluster tests of issue 23, on the 3-master, 3-replica cluster
 // scripts/test.sh starts. The issue's load (500 req/s for 15s, the master
-// killed at 5s) is scaled down to clusterRate for clusterRun, the master
-// killed at clusterKillAt, to keep the suite within its time budget; the
-// figures of a full-size run are in docs/redis.md.
+// killed at 5s) is scaled down (redistest.FailoverLoad; LOADSHED_CLUSTER_LOAD=full
+// runs the full size) to keep the suite within its time budget.
 const (
-	clusterRate   = 200
-	clusterRun    = 5 * time.Second
-	clusterKillAt = time.Second
 	// clusterLost is how many decisions a killed master may have
 	// acknowledged without its replica having them yet (asynchronous
 	// replication: on loopback, well under a millisecond of writes).
@@ -155,8 +151,9 @@ func TestClusterFailover(t *testing.T) {
 			slot := cl.Slot(r.RedisKey(key))
 			var timings redistest.Timings
 			killed := make(chan (<-chan time.Time), 1)
-			time.AfterFunc(clusterKillAt, func() { killed <- cl.KillMaster(slot) })
-			ds := redistest.Drive(clusterRate, clusterRun, func() (d redistest.Decision) {
+			rate, run, killAt := redistest.FailoverLoad()
+			time.AfterFunc(killAt, func() { killed <- cl.KillMaster(slot) })
+			ds := redistest.Drive(rate, run, func() (d redistest.Decision) {
 				var res Result
 				var err error
 				start := time.Now()
@@ -223,7 +220,7 @@ func TestClusterReshard(t *testing.T) {
 				defer close(moved)
 				cl.MigrateSlot(slot, 5*time.Millisecond)
 			})
-			ds := redistest.Drive(clusterRate, 1500*time.Millisecond, func() (d redistest.Decision) {
+			ds := redistest.Drive(200, 1500*time.Millisecond, func() (d redistest.Decision) {
 				res, fb, err := r.Decide(bg, key, 1)
 				d.Admitted, d.Fallback, d.Err = res.Allowed, fb, err
 				return d
