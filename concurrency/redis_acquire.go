@@ -64,6 +64,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		}
 		return shed.Lease{}, r.rejection(req, over, 0)
 	}
+	r.deductLocal(req, keys, bounds)
 	seq := r.seq.Add(1)
 	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
 
@@ -250,4 +251,31 @@ func (r *RedisLayer) limitOf(req shed.Request, w which) (int64, *shed.Episode) {
 		return r.perKey, r.keyEpisode(req)
 	}
 	return r.limit, &r.epAll
+}
+
+// deductLocal lowers the bounds Redis is asked to enforce by the units the
+// local share still holds for requests it admitted during an outage:
+// Redis does not know of them, and without this an instance back on Redis
+// would admit a whole limit beside the fallback's leases still running. An
+// instance alone thus never holds more than its limit across an outage.
+func (r *RedisLayer) deductLocal(req shed.Request, keys []string, bounds []int64) {
+	s := r.local.Load()
+	if s == nil || s.lim == nil {
+		return
+	}
+	all := s.lim.InFlight()
+	if all == 0 {
+		return
+	}
+	for i, k := range keys {
+		if k == r.allKey {
+			bounds[i] = max(bounds[i]-all, 0)
+			continue
+		}
+		key := req.Key
+		if r.keyBy == KeyByRoute {
+			key = req.Route
+		}
+		bounds[i] = max(bounds[i]-s.lim.InFlightKey(key), 0)
+	}
 }

@@ -156,7 +156,7 @@ func TestClusterFailover(t *testing.T) {
 	ended := time.Now()
 	left := int64(-1)
 	for time.Since(ended) < time.Second+r.gate.Interval() {
-		if left = c.ZCard(ctx, r.OverallKey()).Val(); left == 0 && r.Pending() == 0 {
+		if left = c.ZCard(ctx, r.OverallKey()).Val(); left == 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -175,7 +175,9 @@ func TestClusterFailover(t *testing.T) {
 	if f.most.Load() > limit+clusterLost {
 		t.Errorf("%d in flight, over the limit %d (+%d leases the replica may have lost)", f.most.Load(), limit, clusterLost)
 	}
-	if left != 0 || r.Pending() != 0 {
+	// Pending may still hold the second removal of acquires that timed out
+	// (in case their script landed late), sent at the renewer's next tick.
+	if left != 0 {
 		t.Errorf("%d leases left in Redis, %d removals pending", left, r.Pending())
 	}
 	timings.Check(t, "acquires during a failover", DefaultTimeout+20*time.Millisecond)

@@ -111,7 +111,7 @@ func (g *Gate) TryKey(now int64, key string) bool {
 	if g.nodesDown.Load() == 0 {
 		return true
 	}
-	n := g.node(key, false)
+	n := g.node(key)
 	if n == nil {
 		return true
 	}
@@ -130,9 +130,18 @@ func (g *Gate) FailedKey(now int64, key string) bool {
 		return g.Failed(now)
 	}
 	Reload(g.cluster)
-	n := g.node(key, true)
-	if n == nil {
+	addr, ok := g.addrOf(key)
+	if !ok {
 		return g.Failed(now)
+	}
+	// Under the lock, so that AnsweredKey cannot forget the node between
+	// its lookup and its marking (nodesDown would then count it forever).
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.nodes[addr]
+	if n == nil {
+		n = &nodeGate{}
+		g.nodes[addr] = n
 	}
 	if n.down.Swap(now+g.interval.Load()) == 0 {
 		g.nodesDown.Add(1)
@@ -154,10 +163,10 @@ func (g *Gate) AnsweredKey(now int64, key string) {
 	if g.nodesDown.Load() == 0 {
 		return
 	}
-	if n := g.node(key, false); n != nil && n.down.Load() != 0 && n.down.Swap(0) != 0 {
+	if n := g.node(key); n != nil && n.down.Load() != 0 && n.down.Swap(0) != 0 {
 		g.nodesDown.Add(-1)
 	}
-	stale := now - 2*g.interval.Load()
+	stale := now - g.interval.Load() // a probe was due an interval ago
 	g.mu.Lock()
 	for addr, n := range g.nodes {
 		if d := n.down.Load(); d != 0 && d < stale && n.down.CompareAndSwap(d, 0) {
@@ -169,23 +178,27 @@ func (g *Gate) AnsweredKey(now int64, key string) {
 }
 
 // node returns the gate of the master serving key's slot in the client's
-// slot map, made when create is set; nil when the map has no such node.
-func (g *Gate) node(key string, create bool) *nodeGate {
+// slot map, nil when it has none.
+func (g *Gate) node(key string) *nodeGate {
+	addr, ok := g.addrOf(key)
+	if !ok {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.nodes[addr]
+}
+
+// addrOf returns the address of the master serving key's slot in the
+// client's slot map.
+func (g *Gate) addrOf(key string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), nodeLookupTimeout)
 	defer cancel()
 	c, err := g.cluster.MasterForKey(ctx, key)
 	if err != nil {
-		return nil
+		return "", false
 	}
-	addr := c.Options().Addr
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := g.nodes[addr]
-	if n == nil && create {
-		n = &nodeGate{}
-		g.nodes[addr] = n
-	}
-	return n
+	return c.Options().Addr, true
 }
 
 // nodeLookupTimeout bounds the wait for a slot map when the client has none
