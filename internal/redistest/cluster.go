@@ -108,40 +108,72 @@ type NodeInfo struct {
 	ID, Addr string
 	Master   bool
 	Failed   bool
+	Myself   bool   // the node that answered
 	MasterID string // of a replica
 	Slots    [][2]int
+	// Migrating maps the slots this node is migrating away ([slot->-id])
+	// to their target's id.
+	Migrating map[int]string
 }
 
-// Nodes returns CLUSTER NODES as a live node sees it.
-func (c *Cluster) Nodes() []NodeInfo {
-	for _, a := range c.Addrs {
-		v, err := c.do(a, "cluster", "nodes")
-		if err != nil {
+// serves reports whether n is a live master serving slot.
+func (n NodeInfo) serves(slot int) bool {
+	if !n.Master || n.Failed {
+		return false
+	}
+	for _, r := range n.Slots {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// nodesOf returns CLUSTER NODES as the node at addr sees it.
+func (c *Cluster) nodesOf(addr string) ([]NodeInfo, error) {
+	v, err := c.do(addr, "cluster", "nodes")
+	if err != nil {
+		return nil, err
+	}
+	var out []NodeInfo
+	for _, line := range strings.Split(strings.TrimSpace(v.(string)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
 			continue
 		}
-		var out []NodeInfo
-		for _, line := range strings.Split(strings.TrimSpace(v.(string)), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 8 {
-				continue
-			}
-			n := NodeInfo{ID: f[0], Addr: strings.SplitN(f[1], "@", 2)[0], MasterID: f[3],
-				Master: strings.Contains(f[2], "master"), Failed: strings.Contains(f[2], "fail")}
-			for _, r := range f[8:] {
-				if strings.HasPrefix(r, "[") {
-					continue // a slot migrating: [slot->-id] or [slot-<-id]
+		n := NodeInfo{ID: f[0], Addr: strings.SplitN(f[1], "@", 2)[0], MasterID: f[3],
+			Master: strings.Contains(f[2], "master"), Failed: strings.Contains(f[2], "fail"),
+			Myself: strings.Contains(f[2], "myself")}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				if slot, target, ok := strings.Cut(strings.Trim(r, "[]"), "->-"); ok {
+					if n.Migrating == nil {
+						n.Migrating = map[int]string{}
+					}
+					k, _ := strconv.Atoi(slot)
+					n.Migrating[k] = target
 				}
-				lo, hi, _ := strings.Cut(r, "-")
-				a, _ := strconv.Atoi(lo)
-				b := a
-				if hi != "" {
-					b, _ = strconv.Atoi(hi)
-				}
-				n.Slots = append(n.Slots, [2]int{a, b})
+				continue // or importing: [slot-<-id]
 			}
-			out = append(out, n)
+			lo, hi, _ := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if hi != "" {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.Slots = append(n.Slots, [2]int{a, b})
 		}
-		return out
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Nodes returns CLUSTER NODES as the first live node sees it.
+func (c *Cluster) Nodes() []NodeInfo {
+	for _, a := range c.Addrs {
+		if ns, err := c.nodesOf(a); err == nil {
+			return ns
+		}
 	}
 	c.t.Fatalf("redistest: no node answers CLUSTER NODES")
 	return nil
@@ -150,13 +182,8 @@ func (c *Cluster) Nodes() []NodeInfo {
 // MasterOf returns the master serving slot.
 func (c *Cluster) MasterOf(slot int) NodeInfo {
 	for _, n := range c.Nodes() {
-		if !n.Master || n.Failed {
-			continue
-		}
-		for _, r := range n.Slots {
-			if slot >= r[0] && slot <= r[1] {
-				return n
-			}
+		if n.serves(slot) {
+			return n
 		}
 	}
 	c.t.Fatalf("redistest: no master serves slot %d", slot)
@@ -233,27 +260,6 @@ func (c *Cluster) WaitOK(within time.Duration) time.Time {
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("redistest: no cluster_state:ok within %v", within)
-		}
-	}
-}
-
-// WaitMaster waits until a live master other than old serves slot, and
-// returns it.
-func (c *Cluster) WaitMaster(slot int, old string, within time.Duration) NodeInfo {
-	c.t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
-		for _, n := range c.Nodes() {
-			if !n.Master || n.Failed || n.Addr == old {
-				continue
-			}
-			for _, r := range n.Slots {
-				if slot >= r[0] && slot <= r[1] {
-					return n
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("redistest: no master took slot %d from %s within %v", slot, old, within)
 		}
 	}
 }
@@ -389,25 +395,18 @@ func (c *Cluster) finishMigration(slot int, src, dst NodeInfo, pause time.Durati
 // (a slot MIGRATING on its master), as redis-cli --cluster fix would.
 func (c *Cluster) finishMigrations() {
 	for _, a := range c.Addrs {
-		v, err := c.do(a, "cluster", "nodes")
+		ns, err := c.nodesOf(a)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(strings.TrimSpace(v.(string)), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 8 || !strings.Contains(f[2], "myself") {
+		for _, me := range ns {
+			if !me.Myself {
 				continue
 			}
-			for _, r := range f[8:] {
-				// [slot->-target] on the source
-				slotS, target, ok := strings.Cut(strings.Trim(r, "[]"), "->-")
-				if !ok {
-					continue
-				}
-				slot, _ := strconv.Atoi(slotS)
-				for _, n := range c.Nodes() {
+			for slot, target := range me.Migrating {
+				for _, n := range ns {
 					if n.ID == target {
-						c.finishMigration(slot, NodeInfo{ID: f[0], Addr: a}, n, 0)
+						c.finishMigration(slot, me, n, 0)
 					}
 				}
 			}
@@ -442,25 +441,13 @@ func (c *Cluster) KillMaster(slot int) <-chan time.Time {
 // answers sees it.
 func (c *Cluster) servedBy(slot int) (string, bool) {
 	for _, a := range c.Addrs {
-		v, err := c.do(a, "cluster", "nodes")
+		ns, err := c.nodesOf(a)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(strings.TrimSpace(v.(string)), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 8 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
-				continue
-			}
-			for _, r := range f[8:] {
-				lo, hi, _ := strings.Cut(r, "-")
-				x, err1 := strconv.Atoi(lo)
-				y := x
-				if hi != "" {
-					y, _ = strconv.Atoi(hi)
-				}
-				if err1 == nil && slot >= x && slot <= y {
-					return strings.SplitN(f[1], "@", 2)[0], true
-				}
+		for _, n := range ns {
+			if n.serves(slot) {
+				return n.Addr, true
 			}
 		}
 		return "", false
