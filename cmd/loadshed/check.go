@@ -42,6 +42,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 		for _, l := range b.Chain.Layers() {
 			names = append(names, l.Name())
 		}
+		for _, w := range b.File.Warnings() {
+			fmt.Fprintf(stderr, "warning: %v\n", w)
+		}
 		fmt.Fprintf(stdout, "%s: ok (layers: %s)\n", path, strings.Join(names, ", "))
 		b.Close()
 	}
