@@ -15,7 +15,7 @@ import (
 // The Redis Cluster tests of issue 23 for the fleet layer, on the cluster
 // scripts/test.sh starts.
 
-func newClusterShedder(t *testing.T, cl *redistest.Cluster, prefix, instance string, timeout time.Duration) (*Shedder, *redis.ClusterClient) {
+func newClusterShedder(t *testing.T, cl *redistest.Cluster, prefix, instance string, timeout time.Duration) (*Layer, *redis.ClusterClient) {
 	t.Helper()
 	c := cl.Client()
 	cfg := DefaultConfig()
@@ -40,7 +40,7 @@ func usageKeys(prefix string) []string {
 func TestClusterFleetSums(t *testing.T) {
 	cl := redistest.UseCluster(t)
 	prefix := redistest.Prefix(t)
-	var hosts []*Shedder
+	var hosts []*Layer
 	want := int64(0)
 	for h := 0; h < 4; h++ {
 		s, _ := newClusterShedder(t, cl, prefix, "host-"+string(rune('a'+h)), 200*time.Millisecond)
@@ -54,7 +54,7 @@ func TestClusterFleetSums(t *testing.T) {
 			want++
 		}
 	}
-	sum := func(s *Shedder) int64 {
+	sum := func(s *Layer) int64 {
 		var n int64
 		for _, v := range s.Stats().Fleet {
 			n += v
