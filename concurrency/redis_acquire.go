@@ -70,6 +70,14 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
 
 	res, err := r.run(ctx, e, bounds)
+	if err == nil && res[0] == 0 && r.flushFirst(ctx) {
+		// Refused while this instance owed Redis removals (leases released
+		// during an outage, which the promoted replica still holds): they
+		// are sent first, within this request's budget, and the request
+		// asks again, rather than being refused by slots held for requests
+		// that ended.
+		res, err = r.run(ctx, e, bounds)
+	}
 	if err != nil {
 		return r.failed(ctx, req, e, err)
 	}
@@ -276,4 +284,16 @@ func (r *RedisLayer) deductLocal(req shed.Request, keys []string, bounds []int64
 		}
 		bounds[i] = max(bounds[i]-s.lim.InFlightKey(key), 0)
 	}
+}
+
+// flushFirst sends the pending removals now, within the request's
+// timeout, and reports whether there were any.
+func (r *RedisLayer) flushFirst(ctx context.Context) bool {
+	r.mu.Lock()
+	n := len(r.pending)
+	r.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	return r.flush(r.deadlines.Bound(ctx)) == nil
 }

@@ -212,7 +212,8 @@ func TestClusterReshard(t *testing.T) {
 	const limit = 100
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			r, causes := newClusterStore(t, cl.Client(), alg, clusterLimit(limit), testPrefix(t), 0)
+			// 250ms: see TestClusterReshardNoFallback in internal/redisx.
+			r, causes := newClusterStore(t, cl.Client(), alg, clusterLimit(limit), testPrefix(t), 250*time.Millisecond)
 			const key = "reshard"
 			slot := cl.Slot(r.RedisKey(key))
 			moved := make(chan struct{})
