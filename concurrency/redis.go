@@ -68,6 +68,9 @@ type RedisLayer struct {
 	soon    bool // a prompt flush of pending is scheduled
 	closed  bool
 
+	// flushing holds a token while a flush of pending runs.
+	flushing chan struct{}
+
 	stats redisStats
 }
 
@@ -118,6 +121,7 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLayer, error
 		localCfg:   cfg.Config,
 		expected:   cfg.ExpectedInstances,
 		held:       make(map[*redisLease]struct{}),
+		flushing:   make(chan struct{}, 1),
 	}
 	r.gate, r.releaseGate = redisx.SharedGate(client, r.clock, cfg.ProbeInterval)
 	if r.limit > 0 {

@@ -69,14 +69,16 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	seq := r.seq.Add(1)
 	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
 
-	res, err := r.run(ctx, e, bounds)
-	if err == nil && res[0] == 0 && r.flushFirst(ctx) {
+	// One budget for the whole acquire, the removals sent first included.
+	budget := r.deadlines.Bound(ctx)
+	res, err := r.run(budget, e, bounds)
+	if err == nil && res[0] == 0 && r.flushFirst(budget) {
 		// Refused while this instance owed Redis removals (leases released
 		// during an outage, which the promoted replica still holds): they
 		// are sent first, within this request's budget, and the request
 		// asks again, rather than being refused by slots held for requests
 		// that ended.
-		res, err = r.run(ctx, e, bounds)
+		res, err = r.run(budget, e, bounds)
 	}
 	if err != nil {
 		return r.failed(ctx, req, e, err)
@@ -103,7 +105,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		for i := range bounds {
 			bounds[i] = r.enf.Ceiling(bounds[i])
 		}
-		res, err = r.run(ctx, e, bounds)
+		res, err = r.run(budget, e, bounds)
 		if err != nil {
 			return r.failed(ctx, req, e, err)
 		}
@@ -287,13 +289,14 @@ func (r *RedisLayer) deductLocal(req shed.Request, keys []string, bounds []int64
 }
 
 // flushFirst sends the pending removals now, within the request's
-// timeout, and reports whether there were any.
+// budget (ctx), and reports whether there were any, or a flush was under
+// way (its removals may be what Redis still counts).
 func (r *RedisLayer) flushFirst(ctx context.Context) bool {
 	r.mu.Lock()
 	n := len(r.pending)
 	r.mu.Unlock()
-	if n == 0 {
+	if n == 0 && len(r.flushing) == 0 {
 		return false
 	}
-	return r.flush(r.deadlines.Bound(ctx)) == nil
+	return r.flush(ctx) == nil
 }

@@ -231,11 +231,15 @@ func TestClusterReleasesAfterFailover(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("first admission through Redis %v after cluster_state:ok; %d refused with nothing in flight", back.Round(time.Millisecond), refused)
+	left := c.ZCard(ctx, r.OverallKey()).Val()
+	t.Logf("first admission through Redis %v after cluster_state:ok; %d refused with nothing in flight; %d leases left", back.Round(time.Millisecond), refused, left)
 	if back < 0 || back > time.Second {
 		t.Fatalf("no admission through Redis within 1s of cluster_state:ok (%d refused, %d through Redis, %d pending)", refused, onRedis, r.Pending())
 	}
-	if refused > 0 {
-		t.Errorf("%d acquires refused with nothing in flight", refused)
+	// The old code refused every acquire until the renewer's tick (TTL/3,
+	// 10s). A refusal or two while the slot map and the removals race on a
+	// loaded machine is not that bug; the released leases holding the limit is.
+	if refused > 2 || left != 0 {
+		t.Errorf("%d acquires refused with nothing in flight, %d leases left in Redis", refused, left)
 	}
 }

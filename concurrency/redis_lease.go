@@ -105,6 +105,14 @@ func (r *RedisLayer) tick() {
 // flush retries the releases Redis has not confirmed, dropping those whose
 // lease has expired by now anyway.
 func (r *RedisLayer) flush(ctx context.Context) error {
+	// One flush at a time, so that a request that waits for one in
+	// progress (flushFirst) knows its removals have been sent.
+	select {
+	case r.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.flushing }()
 	r.mu.Lock()
 	todo := r.pending
 	r.pending = nil
