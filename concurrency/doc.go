@@ -94,19 +94,19 @@
 // pipeline, so a request pays one round trip instead of two. A request of
 // cost c is c members ("id", "id#2", ...).
 //
-// Keys, with Prefix p (default "loadshed:cc:") and d the base64url SHA-256
-// of the user key (so no key a client sends can leave its set or move the
-// hash tag):
+// Keys, with Prefix p (default "loadshed:cc:", its trailing ':' dropped)
+// and d the base64url SHA-256 of the user key (so no key a client sends
+// can leave its set or move the hash tag):
 //
-//	{pall}         the overall set (with an overall limit)
-//	{pall}:k:d     a key's set, when there is also an overall limit
-//	pk:{d}         a key's set, when there is only a per-key limit
-//	{pinstances}   the live instances (see below)
+//	{p:leases}              the overall lease set (with an overall limit)
+//	{p:leases}:key:d        a key's lease set, beside an overall limit
+//	{p:leases:key:d}        a key's lease set, when there is only a per-key limit
+//	{p:presence}            the live instances (see below)
 //
 // The part in braces is the Redis Cluster hash tag: the sets one script
 // touches must share a slot, so with an overall limit every set shares the
-// tag {pall} (and so one Cluster node); with only per-key limits each key
-// has its own tag and keys spread over the Cluster. Every key has a TTL;
+// tag {p:leases} (and so one Cluster node); with only per-key limits each
+// key has its own tag and keys spread over the Cluster. Every key has a TTL;
 // Redis deletes a set when its last member goes.
 //
 // Leases expire after RedisConfig.TTL (default 10s) unless renewed: that is
@@ -128,20 +128,28 @@
 // the fleet never admits more than a limit; a share of 0 refuses. The
 // instances are RedisConfig.ExpectedInstances when set, else the live
 // instances counted in Redis (each keeps a presence refreshed every second;
-// docs/redis.md gives the bound). The lease or rejection is marked Fallback
+// docs/redis.md gives the bound). The share counts the leases this
+// instance still holds in Redis, and back on Redis the script's bounds are
+// lowered by what the share still holds, so an instance alone never holds
+// more than a limit across an outage. The lease or rejection is marked Fallback
 // and Fallbacks counts the switch. A lease granted in fallback is released
 // locally. While falling back, one request every ProbeInterval (default
 // 250ms) tries Redis again, and the first answer ends the fallback; the
 // others do not wait on Redis at all. The layers on one client share this
 // gate, so a request that met a dead Redis in one layer does not wait for
-// it again in the next.
+// it again in the next. On a Redis Cluster the gate is kept per master
+// node, a TRYAGAIN (the slot migrating) is retried within the timeout and
+// is no outage, and every outage has the client reload its slot map, so
+// that a failover sends only the dead master's keys to the fallback, and
+// only until its replica takes over (docs/redis.md, Redis Cluster).
 //
 // An acquire that ends without an answer (the caller's context ended, or the
 // timeout passed) may still have added its lease: the command can be on the
 // wire. Its lease is removed twice: about 5ms later, and again at the
 // renewer's next tick, in case the first removal overtook the acquire. A
-// removal that Redis does not confirm is retried until the lease would have
-// expired anyway. Close stops the renewer and removes every lease the
+// removal that Redis does not confirm is retried every ProbeInterval until
+// the lease would have expired anyway, so that leases released during an
+// outage free their slots as soon as Redis answers again. Close stops the renewer and removes every lease the
 // instance holds or may have left (Pending counts those owed).
 //
 // Adaptive limits and the Queue action are local only: another host's

@@ -68,6 +68,9 @@ type RedisLayer struct {
 	soon    bool // a prompt flush of pending is scheduled
 	closed  bool
 
+	// flushing holds a token while a flush of pending runs.
+	flushing chan struct{}
+
 	stats redisStats
 }
 
@@ -118,13 +121,14 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*RedisLayer, error
 		localCfg:   cfg.Config,
 		expected:   cfg.ExpectedInstances,
 		held:       make(map[*redisLease]struct{}),
+		flushing:   make(chan struct{}, 1),
 	}
 	r.gate, r.releaseGate = redisx.SharedGate(client, r.clock, cfg.ProbeInterval)
 	if r.limit > 0 {
-		r.allKey = r.keys.Fixed("all")
+		r.allKey = r.keys.Fixed("leases")
 	}
 	if r.expected == 0 {
-		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed("instances"), 0)
+		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed(redisx.PresenceName), 0)
 	}
 	r.mu.Lock()
 	r.timer = r.clock.AfterFunc(r.renewEvery, r.tick)
@@ -217,9 +221,9 @@ func (r *RedisLayer) KeyFor(req shed.Request) string {
 		k = req.Route
 	}
 	if r.allKey != "" {
-		return r.keys.In("all", "k", k)
+		return r.keys.In("leases", "key", k)
 	}
-	return r.keys.Key("k", k)
+	return r.keys.Key("leases:key", k)
 }
 
 // OverallKey returns the sorted set that counts every request, or "" without

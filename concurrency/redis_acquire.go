@@ -44,7 +44,16 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	if err := ctx.Err(); err != nil {
 		return shed.Lease{}, fmt.Errorf("concurrency: request gone before acquiring: %w", err)
 	}
-	if !r.gate.Try(r.clock.Now().UnixNano()) {
+	keys := make([]string, 0, 2)
+	bounds := make([]int64, 0, 2)
+	if k := r.KeyFor(req); k != "" {
+		keys, bounds = append(keys, k), append(bounds, r.perKey)
+	}
+	if r.allKey != "" {
+		keys, bounds = append(keys, r.allKey), append(bounds, r.limit)
+	}
+	// The sets share one slot: on a Cluster, the gate of its node decides.
+	if len(keys) == 0 || !r.gate.TryKey(r.clock.Now().UnixNano(), keys[0]) {
 		return r.acquireLocal(ctx, req)
 	}
 	cost := req.Units()
@@ -56,18 +65,21 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		}
 		return shed.Lease{}, r.rejection(req, over, 0)
 	}
-	keys := make([]string, 0, 2)
-	bounds := make([]int64, 0, 2)
-	if k := r.KeyFor(req); k != "" {
-		keys, bounds = append(keys, k), append(bounds, r.perKey)
-	}
-	if r.allKey != "" {
-		keys, bounds = append(keys, r.allKey), append(bounds, r.limit)
-	}
+	r.deductLocal(req, keys, bounds)
 	seq := r.seq.Add(1)
 	e := &redisLease{owner: r, seq: seq, member: r.instance + ":" + strconv.FormatUint(seq, 36), keys: keys, cost: cost}
 
-	res, err := r.run(ctx, e, bounds)
+	// One budget for the whole acquire, the removals sent first included.
+	budget := r.deadlines.Bound(ctx)
+	res, err := r.run(budget, e, bounds)
+	if err == nil && res[0] == 0 && r.flushFirst(budget) {
+		// Refused while this instance owed Redis removals (leases released
+		// during an outage, which the promoted replica still holds): they
+		// are sent first, within this request's budget, and the request
+		// asks again, rather than being refused by slots held for requests
+		// that ended.
+		res, err = r.run(budget, e, bounds)
+	}
 	if err != nil {
 		return r.failed(ctx, req, e, err)
 	}
@@ -93,7 +105,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 		for i := range bounds {
 			bounds[i] = r.enf.Ceiling(bounds[i])
 		}
-		res, err = r.run(ctx, e, bounds)
+		res, err = r.run(budget, e, bounds)
 		if err != nil {
 			return r.failed(ctx, req, e, err)
 		}
@@ -144,15 +156,29 @@ func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]
 	for _, b := range bounds {
 		args = append(args, b)
 	}
-	e.expires.Store(r.clock.Now().Add(r.ttl).UnixNano())
-	res, err := acquireScript.Run(r.deadlines.Bound(ctx), r.client, e.keys, args...).Int64Slice()
+	now := r.clock.Now()
+	e.expires.Store(now.Add(r.ttl).UnixNano())
+	// A reply saying the script did not run (a slot migrating, a failover
+	// in progress) is retried here, within the timeout, with a backoff
+	// shorter than go-redis's (RunOnce: go-redis's own retries of TRYAGAIN
+	// start at 8ms and end a 50ms budget with a bare deadline error, which
+	// would look like an outage).
+	bound := r.deadlines.Bound(ctx)
+	var res []int64
+	var err error
+	for attempt := 0; ; attempt++ {
+		res, err = acquireScript.RunOnce(bound, r.client, e.keys, args...).Int64Slice()
+		if !redisx.Again(bound, err, attempt) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	if len(res) < 2 || (res[0] == 0 && (len(res) < 3 || res[1] < 1 || res[1] > int64(len(e.keys)))) {
 		return nil, fmt.Errorf("concurrency: unexpected reply from the acquire script: %v", res)
 	}
-	r.gate.Answered()
+	r.gate.AnsweredKey(now.UnixNano(), e.keys[0])
 	return res, nil
 }
 
@@ -162,11 +188,15 @@ func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]
 // for removal.
 func (r *RedisLayer) failed(ctx context.Context, req shed.Request, e *redisLease, err error) (shed.Lease, error) {
 	r.forget(e)
-	if ctx.Err() != nil {
-		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", ctx.Err())
+	if redisx.CallerGone(ctx) {
+		cause := ctx.Err()
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		return shed.Lease{}, fmt.Errorf("concurrency: request gone while acquiring: %w", cause)
 	}
 	if redisx.IsOutage(err) {
-		r.gate.Failed(r.clock.Now().UnixNano())
+		r.gate.FailedKey(r.clock.Now().UnixNano(), e.keys[0])
 	}
 	// Redis is down, slow, or refused this one request (an error reply):
 	// either way the local share decides it.
@@ -229,4 +259,44 @@ func (r *RedisLayer) limitOf(req shed.Request, w which) (int64, *layerkit.Episod
 		return r.perKey, r.keyEpisode(req)
 	}
 	return r.limit, &r.epAll
+}
+
+// deductLocal lowers the bounds Redis is asked to enforce by the units the
+// local share still holds for requests it admitted during an outage:
+// Redis does not know of them, and without this an instance back on Redis
+// would admit a whole limit beside the fallback's leases still running. An
+// instance alone thus never holds more than its limit across an outage.
+func (r *RedisLayer) deductLocal(req shed.Request, keys []string, bounds []int64) {
+	s := r.local.Load()
+	if s == nil || s.lim == nil {
+		return
+	}
+	all := s.lim.InFlight()
+	if all == 0 {
+		return
+	}
+	for i, k := range keys {
+		if k == r.allKey {
+			bounds[i] = max(bounds[i]-all, 0)
+			continue
+		}
+		key := req.Key
+		if r.keyBy == KeyByRoute {
+			key = req.Route
+		}
+		bounds[i] = max(bounds[i]-s.lim.InFlightKey(key), 0)
+	}
+}
+
+// flushFirst sends the pending removals now, within the request's
+// budget (ctx), and reports whether there were any, or a flush was under
+// way (its removals may be what Redis still counts).
+func (r *RedisLayer) flushFirst(ctx context.Context) bool {
+	r.mu.Lock()
+	n := len(r.pending)
+	r.mu.Unlock()
+	if n == 0 && len(r.flushing) == 0 {
+		return false
+	}
+	return r.flush(ctx) == nil
 }

@@ -85,6 +85,11 @@ func (r *RedisLayer) acquireLocal(ctx context.Context, req shed.Request) (shed.L
 		rej.Fallback = true
 		return shed.Lease{}, rej
 	}
+	if over, n := r.heldOver(req, s); over != none {
+		rej := r.rejection(req, over, n)
+		rej.Fallback = true
+		return shed.Lease{}, rej
+	}
 	in, err := s.lim.Acquire(ctx, req)
 	if err != nil {
 		var rej *shed.Rejection
@@ -138,3 +143,43 @@ func instanceID() (string, error) {
 }
 
 func joinErrs(errs ...error) error { return errors.Join(errs...) }
+
+// heldOver says which share a request would exceed counting, besides what
+// the local share has admitted, the leases this instance still holds in
+// Redis (admitted there before the outage, still running): the fallback
+// starts from what this instance knows it holds, so that one instance
+// alone never goes above a limit across an outage, and a fleet by at most
+// one share per instance. A lease released meanwhile stops counting here
+// at once, and is removed from Redis when it answers.
+func (r *RedisLayer) heldOver(req shed.Request, s *localShare) (which, int64) {
+	cost := req.Units()
+	perKey := r.KeyFor(req)
+	var all, key int64
+	r.mu.Lock()
+	for e := range r.held {
+		all += e.cost
+		if perKey != "" && e.keys[0] == perKey {
+			key += e.cost
+		}
+	}
+	r.mu.Unlock()
+	if all == 0 || r.enf.DryRun {
+		return none, 0
+	}
+	lc := s.lim
+	if perKey != "" && lc.perKey > 0 {
+		k := req.Key
+		if r.keyBy == KeyByRoute {
+			k = req.Route
+		}
+		if n := key + lc.InFlightKey(k); n+cost > r.enf.Ceiling(lc.perKey) {
+			return keyLimit, n
+		}
+	}
+	if l := lc.Limit(); l > 0 {
+		if n := all + lc.InFlight(); n+cost > r.enf.Ceiling(l) {
+			return allLimit, n
+		}
+	}
+	return none, 0
+}

@@ -220,3 +220,47 @@ func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 	t.Logf("back on Redis %v after it answered (probe interval %v)", time.Since(answered).Round(time.Millisecond), probe)
 	cleared(t, a)
 }
+
+// Leases released while Redis did not answer are removed as soon as it
+// answers again, not at the renewer's next tick (issue 23, bug 4: limit 4,
+// TTL 30s, all four released during a failover, and 195 of 195 acquires
+// refused over the next 4s with nothing in flight).
+func TestRedisReleasesDuringOutageSentOnRecovery(t *testing.T) {
+	const probe = 50 * time.Millisecond
+	c, px := redistest.ProxiedClient(t, redistest.Addr(t))
+	direct := newClient(t)
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 4}, Prefix: redistest.Prefix(t), ExpectedInstances: 1,
+		Timeout: faultTimeout, ProbeInterval: probe, TTL: 30 * time.Second})
+	ctx := context.Background()
+	var held []shed.Lease
+	for i := 0; i < 4; i++ {
+		ls, err := r.Acquire(ctx, shed.Request{})
+		if err != nil || ls.Fallback {
+			t.Fatalf("acquire %d: fallback=%v err=%v", i, ls.Fallback, err)
+		}
+		held = append(held, ls)
+	}
+	px.BlackHole()
+	for _, ls := range held {
+		ls.Release(shed.Completed)
+	}
+	time.Sleep(3 * probe) // the releases fail meanwhile
+	if zcard(t, direct, r.OverallKey()) != 4 {
+		t.Fatal("the releases reached Redis through a black hole")
+	}
+	if err := px.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	healed := time.Now()
+	for zcard(t, direct, r.OverallKey()) != 0 {
+		if time.Since(healed) > 10*probe+time.Second {
+			t.Fatalf("%d leases still held %v after Redis answered again (pending %d)",
+				zcard(t, direct, r.OverallKey()), time.Since(healed), r.Pending())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("released in Redis %v after it answered again", time.Since(healed).Round(time.Millisecond))
+	if r.Pending() != 0 {
+		t.Fatalf("%d removals still pending", r.Pending())
+	}
+}

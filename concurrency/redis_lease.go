@@ -62,13 +62,24 @@ func (r *RedisLayer) retryLater(e *redisLease) {
 	r.mu.Unlock()
 }
 
+// flushNow sends the pending removals. While Redis does not confirm them
+// it tries again every probe interval, not at the renewer's next tick
+// (TTL/3): a failed master's leases live on in the replica promoted in its
+// place, and must be removed as soon as it answers, or they hold the
+// fleet's slots for finished requests (issue 23).
 func (r *RedisLayer) flushNow() {
 	r.mu.Lock()
 	r.soon = false
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), max(r.timeout, 100*time.Millisecond))
-	defer cancel()
-	_ = r.flush(ctx)
+	err := r.flush(ctx)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil && len(r.pending) > 0 && !r.soon && !r.closed {
+		r.soon = true
+		r.clock.AfterFunc(r.gate.Interval(), r.flushNow)
+	}
 }
 
 // tick is the renewer: every RenewEvery it retries unconfirmed releases and
@@ -94,6 +105,14 @@ func (r *RedisLayer) tick() {
 // flush retries the releases Redis has not confirmed, dropping those whose
 // lease has expired by now anyway.
 func (r *RedisLayer) flush(ctx context.Context) error {
+	// One flush at a time, so that a request that waits for one in
+	// progress (flushFirst) knows its removals have been sent.
+	select {
+	case r.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.flushing }()
 	r.mu.Lock()
 	todo := r.pending
 	r.pending = nil
@@ -127,6 +146,9 @@ func (r *RedisLayer) flush(ctx context.Context) error {
 	}
 	r.pending = append(r.pending, keep...)
 	r.mu.Unlock()
+	if failed > 0 && redisx.IsOutage(err) {
+		redisx.Reload(r.client)
+	}
 	if failed > 0 {
 		return fmt.Errorf("concurrency: %d releases not confirmed by Redis: %w", failed, err)
 	}
@@ -171,6 +193,9 @@ func (r *RedisLayer) renew(ctx context.Context) {
 	for i, c := range cmds {
 		gone, err := c.StringSlice()
 		if err != nil {
+			if redisx.IsOutage(err) {
+				redisx.Reload(r.client)
+			}
 			continue
 		}
 		lost := make(map[string]bool, len(gone))

@@ -56,7 +56,8 @@ type Config struct {
 	// Required.
 	Client redis.UniversalClient
 	// Prefix starts the layer's three Redis keys, which share one hash
-	// tag: "{<Prefix>usage}:entries", ":expiry" and ":totals" (default
+	// tag: "{<Prefix>:usage}:entries", ":expiry" and ":totals" (a trailing
+	// ':' of Prefix dropped; default
 	// "loadshed:fleet:"). Instances that share capacity share a Prefix;
 	// separate fleets (or layers with different capacities) need different
 	// ones. It must not contain braces.

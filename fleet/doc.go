@@ -29,7 +29,7 @@
 // Each instance counts its own units in flight by priority with atomics.
 // Every Config.Interval (100ms by default, down to 10ms) a background tick
 // runs one Lua script on three keys sharing one hash tag
-// ("{<Prefix>usage}:entries", ":expiry", ":totals"; Cluster-safe): it
+// ("{<Prefix>:usage}:entries", ":expiry", ":totals"; Cluster-safe): it
 // publishes this instance's counts, drops the entries of instances that
 // stopped publishing, and returns the fleet's totals and the number of
 // live instances. Entries expire by the Redis server's clock, Config.TTL
@@ -110,8 +110,11 @@
 // this instance's own counts against its share of each ceiling, capacity
 // ÷ the live instances the last good tick counted, rounded down (so the
 // fleet as a whole stays within capacity), and marks leases, rejections
-// and Stats as fallback. Ticks keep trying every interval, and the first
-// that succeeds puts the layer back on fleet totals. A request never waits
+// and Stats as fallback; it starts from the allowance of the last good
+// tick where that was smaller. Ticks keep trying every interval, and the
+// first that succeeds puts the layer back on fleet totals; on a Redis
+// Cluster a failed tick has the client reload its slot map, so that the
+// tick after a failover goes to the promoted replica. A request never waits
 // on Redis. After a long outage, go-redis itself may refuse to dial for up
 // to a second once PoolSize dials in a row have failed (its pool's dial
 // breaker), which can delay the return by as much.

@@ -386,8 +386,17 @@ func (s *Layer) fail(err error) {
 	s.failures.Add(1)
 	err = fmt.Errorf("fleet: sync with redis: %w", err)
 	s.lastErr.Store(&err)
-	if !s.view.Load().fallback {
-		s.setView(s.fallbackView())
+	if prev := s.view.Load(); !prev.fallback {
+		v := s.fallbackView()
+		// Start from what the last tick learnt: an instance whose allowance
+		// was below its share (the fleet was full) keeps it, so that the
+		// fleet overshoots its capacity by no more than what changed since
+		// its ticks.
+		for r := range v.allow {
+			v.allow[r] = min(v.allow[r], max(prev.allow[r], 0))
+			v.allowOver[r] = min(v.allowOver[r], max(prev.allowOver[r], 0))
+		}
+		s.setView(v)
 	}
 }
 

@@ -59,8 +59,22 @@ func (r *redisStore) sync(ctx context.Context, counts [shed.NumPriorities]int64,
 		ms = max(1, ttl.Milliseconds())
 	}
 	args := []any{r.id, ms, r.nonce, counts[0], counts[1], counts[2], counts[3]}
-	v, err := syncScript.Run(ctx, r.client, r.keys, args...).Slice()
+	var v []any
+	var err error
+	for attempt := 0; ; attempt++ {
+		// RunOnce, retried here: see redisx.Again.
+		v, err = syncScript.RunOnce(ctx, r.client, r.keys, args...).Slice()
+		if !redisx.Again(ctx, err, attempt) {
+			break
+		}
+	}
 	if err != nil {
+		if redisx.IsOutage(err) {
+			// On a Cluster: a dead master sends no MOVED, so without this the
+			// client would keep sending the fleet's slot to it until its next
+			// periodic reload (a minute by default).
+			redisx.Reload(r.client)
+		}
 		return reading{}, err
 	}
 	return parseReading(v)

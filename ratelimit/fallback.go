@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"hash/maphash"
+	"sync"
 	"time"
 
 	"github.com/loadshed/loadshed/internal/redisx"
@@ -96,6 +98,9 @@ func (f refuseAll) Algorithm() Algorithm                      { return f.alg }
 // error: the request is valid, only the estimate is smaller.
 func (r *Redis) decideLocally(ctx context.Context, key string, cost int64, cause error) (Result, bool, error) {
 	fb := r.fallbackStore()
+	if r.userFall == nil {
+		r.seed(ctx, fb, key)
+	}
 	res, err := fb.Allow(ctx, key, cost)
 	if err != nil {
 		if !errors.Is(err, ErrCostAboveBurst) {
@@ -107,4 +112,75 @@ func (r *Redis) decideLocally(ctx context.Context, key string, cost int64, cause
 		r.onFall(cause)
 	}
 	return res, true, nil
+}
+
+// seed starts key's fallback from what Redis last told this instance of
+// it, once per outage: the first local decision of an outage takes from
+// the share what Redis no longer had (share − remaining, when the learnt
+// state has not reset yet), so that admissions through Redis and then
+// through the fallback stay within the limit plus at most
+// min(remaining, share) per instance and outage (docs/redis.md gives the
+// bound per algorithm). A key this instance never asked Redis about, or
+// whose state has reset since, starts from the whole share.
+func (r *Redis) seed(ctx context.Context, fb Store, key string) {
+	rem, ok := r.learnt.take(key, r.gate.Outages(), r.clock.Now().UnixNano())
+	if !ok {
+		return
+	}
+	share := fb.Limit().BurstOrQuantity()
+	if used := share - min(max(rem, 0), share); used > 0 {
+		_, _ = fb.Allow(ctx, key, used)
+	}
+}
+
+// learntSlots is how many keys learntStates remembers: a key whose slot
+// another key took since starts its fallback from the whole share.
+const learntSlots = 1024
+
+// learntStates remembers, in a fixed table indexed by a hash of the key (no
+// allocation, a short lock per stripe), what Redis last answered for each
+// key: the units remaining and when the state resets.
+type learntStates struct {
+	seed    maphash.Seed
+	once    sync.Once
+	stripes [16]sync.Mutex
+	slots   [learntSlots]learntState
+}
+
+type learntState struct {
+	hash      uint64
+	remaining int64
+	resetAt   int64 // Unix ns, local clock
+	seeded    int64 // the outage (Gate.Outages) that last seeded from it, + 1
+}
+
+func (l *learntStates) hash(key string) uint64 {
+	l.once.Do(func() { l.seed = maphash.MakeSeed() })
+	return maphash.String(l.seed, key)
+}
+
+// note records Redis's answer for key.
+func (l *learntStates) note(key string, remaining, resetAt int64) {
+	h := l.hash(key)
+	i := h % learntSlots
+	mu := &l.stripes[i%uint64(len(l.stripes))]
+	mu.Lock()
+	l.slots[i] = learntState{hash: h, remaining: remaining, resetAt: resetAt}
+	mu.Unlock()
+}
+
+// take returns what was learnt of key, unless it has reset by now or has
+// seeded a fallback in this outage already.
+func (l *learntStates) take(key string, outage, now int64) (int64, bool) {
+	h := l.hash(key)
+	i := h % learntSlots
+	mu := &l.stripes[i%uint64(len(l.stripes))]
+	mu.Lock()
+	defer mu.Unlock()
+	s := &l.slots[i]
+	if s.hash != h || s.resetAt <= now || s.seeded == outage+1 {
+		return 0, false
+	}
+	s.seeded = outage + 1
+	return s.remaining, true
 }

@@ -28,6 +28,15 @@ func TestMemoryChurnAtCap(t *testing.T) {
 	bounds := map[Algorithm]float64{TokenBucket: 70, LeakyBucket: 70, FixedWindow: 135, SlidingWindow: 170, SlidingLog: 360}
 	for _, alg := range allAlgs {
 		atCap, live := churnBytesPerKey(t, alg, n, offered)
+		for try := 0; atCap <= 0 && try < 3; try++ {
+			// Another test's garbage was freed meanwhile (a Redis client
+			// closed by a cluster test, whose go-redis slot-map reload
+			// goroutine held it a moment longer): measure again.
+			atCap, live = churnBytesPerKey(t, alg, n, offered)
+		}
+		if atCap <= 0 {
+			t.Fatalf("%v: the heap shrank while the store filled, three times: other tests' garbage keeps being freed", alg)
+		}
 		plain := bytesPerKey(t, alg, live)
 		t.Logf("%v: at the cap %.0f B/key (%d live keys), without churn %.0f B/key: %.2f×", alg, atCap, live, plain, atCap/plain)
 		if atCap > 1.25*plain {
@@ -41,7 +50,8 @@ func TestMemoryChurnAtCap(t *testing.T) {
 }
 
 // churnBytesPerKey returns the heap per live key of a store with MaxKeys n
-// after offered distinct keys, and how many keys it holds.
+// after offered distinct keys, and how many keys it holds; 0 per key when
+// the heap shrank meanwhile (another test's garbage freed).
 func churnBytesPerKey(t testing.TB, alg Algorithm, n, offered int) (float64, int) {
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -66,7 +76,8 @@ func churnBytesPerKey(t testing.TB, alg Algorithm, n, offered int) (float64, int
 	m.Close()
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	if grown <= 0 {
-		t.Fatalf("%v: the heap shrank by %d bytes while the store filled: another test's garbage was freed", alg, -grown)
+		t.Logf("%v: the heap shrank by %d bytes while the store filled: another test's garbage was freed", alg, -grown)
+		return 0, live
 	}
 	return float64(grown) / float64(live), live
 }

@@ -99,8 +99,8 @@ type FallbackDecider interface {
 // of hosts never admit more than an exact algorithm's limit. The figures
 // are those of the in-memory store.
 //
-// Keys. <Prefix><algorithm>:{<base64url SHA-256 of the key>}: the digest is
-// the Cluster hash tag, so no key, whatever its bytes or length, can move
+// Keys. {<Prefix>:<algorithm>:<base64url SHA-256 of the key>}: the digest is
+// in the Cluster hash tag, so no key, whatever its bytes or length, can move
 // the tag or reach another key's state (see RedisKey). Every write sets a
 // TTL for as long as the state matters (a bucket until it is full, a
 // window until it ends, the log until its newest unit expires), so idle keys
@@ -141,6 +141,9 @@ type Redis struct {
 
 	over  *overLimitCache
 	batch *batcher
+	// learnt is what Redis last said of each key (remaining, reset), from
+	// which the fallback starts.
+	learnt learntStates
 
 	// gate keeps requests off Redis after an outage, but for one probe
 	// per ProbeInterval; the layers on one client share it.
@@ -189,7 +192,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 	r.args = newStaticArgs(alg, limit)
 	r.setTTLSlack(1)
 	if r.userFall == nil && r.expected == 0 {
-		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed("instances"), 0)
+		r.presence, r.leave = redisx.JoinPresence(client, r.keys.Fixed(redisx.PresenceName), 0)
 	}
 	switch n := cfg.OverLimitKeys; {
 	case n == 0:
@@ -278,23 +281,38 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 
 // roundTrip runs the script unless Redis failed recently, and records how
 // it went.
+// On a Cluster, replies saying the script did not run (a slot migrating,
+// a failover in progress: redisx.NotRun) are retried within the timeout,
+// and only the node serving the key's slot is left alone after an outage.
 func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int64, now time.Time) (reply, error) {
 	t := now.UnixNano()
-	if !r.gate.Try(t) {
+	rk := r.RedisKey(key)
+	if !r.gate.TryKey(t, rk) {
 		return reply{}, errRedisDown
 	}
-	rep, err := r.call(ctx, op, key, want, takeMax)
+	bound := r.deadlines.Bound(ctx)
+	var rep reply
+	var err error
+	for attempt := 0; ; attempt++ {
+		rep, err = r.call(bound, op, rk, want, takeMax)
+		if !redisx.Again(bound, err, attempt) {
+			break
+		}
+	}
 	switch {
-	case ctx.Err() != nil:
+	case redisx.CallerGone(ctx):
 		// Cut short by the caller's own context: says nothing about Redis.
 	case redisx.IsOutage(err):
 		// At the failure, not at the start: the interval counts from when
 		// Redis was last found unresponsive, so the layers after this one
 		// in the same request do not wait for it again.
-		r.gate.Failed(r.clock.Now().UnixNano())
+		r.gate.FailedKey(r.clock.Now().UnixNano(), rk)
 	default:
 		// It answered, if only with an error for this key.
-		r.gate.Answered()
+		r.gate.AnsweredKey(t, rk)
+		if err == nil && op == opAllow {
+			r.learnt.note(key, rep.remaining, t+rep.reset)
+		}
 	}
 	return rep, err
 }
@@ -373,9 +391,10 @@ func (r *Redis) noteOver(key string, now time.Time, rep reply, epoch uint64) {
 
 // RedisKey returns the key under which the store keeps key's state:
 //
-//	<prefix><algorithm>:{<base64url SHA-256 of key>}
+//	{<prefix>:<algorithm>:<base64url SHA-256 of key>}
 //
-// The digest is the Cluster hash tag, so whatever bytes the key holds
+// (the prefix without its trailing ':'). The whole key is the Cluster hash
+// tag, and the digest in it, so whatever bytes the key holds
 // (braces, spaces, newlines, megabytes) they can neither move the tag nor
 // reach another key's state, and every Redis key has the same bounded size.
 func (r *Redis) RedisKey(key string) string {

@@ -181,3 +181,53 @@ func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 	}
 	t.Logf("back on Redis %v after it answered (probe interval %v)", time.Since(answered).Round(time.Millisecond), probe)
 }
+
+// Entering the fallback starts from what Redis last said of the key
+// (issue 23, bug 3: a per-hour limit of 1,600 admitted 1,595 through Redis
+// and then 806 more through a fresh fallback). An instance alone (its
+// share is the whole limit) thus admits no more than the limit across an
+// outage, whatever the algorithm.
+func TestRedisFallbackStartsFromLearntState(t *testing.T) {
+	const limit, before = 100, 95
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			c, px := redistest.ProxiedClient(t, redistest.Addr(t))
+			r, err := NewRedis(c, alg, Limit{Quantity: limit, Period: time.Hour},
+				RedisConfig{Prefix: testPrefix(t), Timeout: faultTimeout, ProbeInterval: time.Hour, ExpectedInstances: 1, OverLimitKeys: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			admitted := 0
+			for i := 0; i < before; i++ {
+				res, fb, err := r.Decide(bg, "k", 1)
+				if err != nil || fb {
+					t.Fatalf("through Redis, decision %d: fallback=%v err=%v", i, fb, err)
+				}
+				if res.Allowed {
+					admitted++
+				}
+			}
+			px.BlackHole()
+			fallbacks := 0
+			for i := 0; i < 2*limit; i++ {
+				res, fb, err := r.Decide(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fb {
+					fallbacks++
+				}
+				if res.Allowed {
+					admitted++
+				}
+			}
+			if fallbacks != 2*limit {
+				t.Fatalf("%d of %d decisions fell back while Redis was a black hole", fallbacks, 2*limit)
+			}
+			if admitted != limit {
+				t.Fatalf("%d admitted through Redis and then the fallback, want exactly the limit %d", admitted, limit)
+			}
+		})
+	}
+}

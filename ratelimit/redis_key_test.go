@@ -34,15 +34,15 @@ func TestRedisKeyLayout(t *testing.T) {
 	for _, alg := range allAlgs {
 		for _, k := range keys {
 			rk := redisKey(DefaultRedisPrefix, algKeyTags[alg], k)
-			if !strings.HasPrefix(rk, DefaultRedisPrefix+algKeyTags[alg]+":{") || !strings.HasSuffix(rk, "}") {
-				t.Fatalf("key %.20q: redis key %q does not follow <prefix><alg>:{<digest>}", k, rk)
+			if !strings.HasPrefix(rk, "{"+DefaultRedisPrefix+algKeyTags[alg]+":") || !strings.HasSuffix(rk, "}") {
+				t.Fatalf("key %.20q: redis key %q does not follow {<prefix>:<alg>:<digest>}", k, rk)
 			}
-			if len(rk) != len(DefaultRedisPrefix)+len(algKeyTags[alg])+2+43+1 {
+			if len(rk) != 1+len(DefaultRedisPrefix)+len(algKeyTags[alg])+1+43+1 {
 				t.Fatalf("key %.20q: redis key %q has an unbounded length", k, rk)
 			}
 			tag := hashTag(rk)
-			if len(tag) != 43 || strings.ContainsAny(tag, "{} \n") {
-				t.Fatalf("key %.20q: hash tag %q is not the digest", k, tag)
+			if tag != rk[1:len(rk)-1] || strings.ContainsAny(tag, "{} \n") {
+				t.Fatalf("key %.20q: hash tag %q is not the whole key", k, tag)
 			}
 			if prev, ok := seen[rk]; ok {
 				t.Fatalf("keys %.20q and %.20q share the redis key %q", prev, k, rk)
@@ -244,7 +244,7 @@ func TestRedisAcceptsClusterClient(t *testing.T) {
 	r.Close()
 }
 
-// Whatever the key, the Redis key is the layout with the key's digest as
+// Whatever the key, the Redis key is the layout with the key's digest in
 // its hash tag.
 func FuzzRedisKey(f *testing.F) {
 	for _, k := range []string{"", "k", "{", "}", "{k}", "a\nb", "\x00{}", strings.Repeat("}", 100)} {
@@ -253,7 +253,8 @@ func FuzzRedisKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
 		rk := redisKey("p:", "tb", key)
 		tag := hashTag(rk)
-		if rk != "p:tb:{"+tag+"}" || len(tag) != 43 || strings.Trim(tag, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+		digest := strings.TrimPrefix(tag, "p:tb:")
+		if rk != "{"+tag+"}" || len(digest) != 43 || strings.Trim(digest, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
 			t.Fatalf("key %q: redis key %q", key, rk)
 		}
 		if key != "" && redisKey("p:", "tb", key+"x") == rk {

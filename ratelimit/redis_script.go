@@ -124,16 +124,15 @@ func (p reply) result(limit int64) Result {
 	return r
 }
 
-// call runs the algorithm's script for key under the store's timeout,
-// asking for at least want and at most takeMax units.
-func (r *Redis) call(ctx context.Context, op, key string, want, takeMax int64) (reply, error) {
-	ctx = r.deadlines.Bound(ctx)
+// call runs the algorithm's script on the Redis key rk within ctx (the
+// store's timeout), asking for at least want and at most takeMax units.
+func (r *Redis) call(ctx context.Context, op, rk string, want, takeMax int64) (reply, error) {
 	f := callFrames.Get().(*callFrame)
 	defer func() {
 		*f = callFrame{}
 		callFrames.Put(f)
 	}()
-	f.keys[0] = r.RedisKey(key)
+	f.keys[0] = rk
 	f.args[0] = argAllow
 	if op == opRefund {
 		f.args[0] = argRefund

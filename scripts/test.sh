@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test, the way CI does: installs redis-server from Debian's
-# packages when it is missing, starts it on a free loopback port, runs
+# packages when it is missing, starts it on a free loopback port and a
+# Redis Cluster of 3 masters and 3 replicas beside it
+# (LOADSHED_REDIS_CLUSTER_ADDRS, LOADSHED_REDIS_CLUSTER_DIR), runs
 # gofmt, go vet and `go test -race` over the library and the bench module
 # with the server's address in LOADSHED_REDIS_ADDR, and stops the server.
 # The same for Prometheus (scripts/prometheus.sh), which the dashboards'
@@ -13,6 +15,7 @@ cd "$(dirname "$0")/.."
 
 . scripts/redis.sh
 redis_start test.sh
+redis_cluster_start test.sh
 export LOADSHED_REQUIRE_REDIS=1
 
 case " $* " in

@@ -1,6 +1,7 @@
 package redisx
 
 import (
+	"context"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,29 @@ import (
 //
 // The zero Gate is not usable; make one with NewGate. It is safe for concurrent
 // use and allocation-free.
+//
+// On a Redis Cluster the gate is kept per master node (TryKey, FailedKey,
+// AnsweredKey): a node that stops answering sends only the keys of its
+// slots to the fallback, and every failure asks the client to reload its
+// slot map, so that the keys come back to Redis as soon as the map names
+// the replica promoted in the dead node's place.
 type Gate struct {
 	interval atomic.Int64 // ns
 	down     atomic.Int64 // Unix ns until which Redis is left alone; 0 while healthy
 	outages  atomic.Int64
+
+	// On a Cluster: the gate of each node that failed, by address. nodesDown
+	// counts those in fallback, so that a healthy cluster costs TryKey one
+	// atomic load.
+	cluster   *redis.ClusterClient
+	nodesDown atomic.Int32
+	mu        sync.Mutex
+	nodes     map[string]*nodeGate
+}
+
+// nodeGate is one Cluster node's part of a Gate.
+type nodeGate struct {
+	down atomic.Int64 // as Gate.down
 }
 
 // NewGate returns a healthy gate that leaves a failed Redis alone for interval
@@ -30,6 +50,17 @@ type Gate struct {
 func NewGate(interval time.Duration) *Gate {
 	g := &Gate{}
 	g.interval.Store(max(int64(interval), 1))
+	return g
+}
+
+// NewClientGate is NewGate for the layers on client: per node when client
+// is a Cluster client, whole otherwise.
+func NewClientGate(client redis.UniversalClient, interval time.Duration) *Gate {
+	g := NewGate(interval)
+	if c, ok := client.(*redis.ClusterClient); ok {
+		g.cluster = c
+		g.nodes = make(map[string]*nodeGate)
+	}
 	return g
 }
 
@@ -67,8 +98,112 @@ func (g *Gate) Answered() {
 // Interval is how long a failed Redis is left alone.
 func (g *Gate) Interval() time.Duration { return time.Duration(g.interval.Load()) }
 
-// Down reports whether the gate is in fallback.
-func (g *Gate) Down() bool { return g.down.Load() != 0 }
+// Down reports whether the gate (or, on a Cluster, one node's) is in
+// fallback.
+func (g *Gate) Down() bool { return g.down.Load() != 0 || g.nodesDown.Load() > 0 }
+
+// TryKey is Try for a request on the Redis key key: on a Cluster, the gate
+// of the node serving key's slot decides.
+func (g *Gate) TryKey(now int64, key string) bool {
+	if g.cluster == nil {
+		return g.Try(now)
+	}
+	if g.nodesDown.Load() == 0 {
+		return true
+	}
+	n := g.node(key)
+	if n == nil {
+		return true
+	}
+	d := n.down.Load()
+	if d == 0 {
+		return true
+	}
+	return now >= d && n.down.CompareAndSwap(d, now+g.interval.Load())
+}
+
+// FailedKey is Failed for a request on key: on a Cluster it sends the
+// node serving key's slot (as the client's slot map has it) to the
+// fallback, and has the slot map reloaded.
+func (g *Gate) FailedKey(now int64, key string) bool {
+	if g.cluster == nil {
+		return g.Failed(now)
+	}
+	Reload(g.cluster)
+	addr, ok := g.addrOf(key)
+	if !ok {
+		return g.Failed(now)
+	}
+	// Under the lock, so that AnsweredKey cannot forget the node between
+	// its lookup and its marking (nodesDown would then count it forever).
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.nodes[addr]
+	if n == nil {
+		n = &nodeGate{}
+		g.nodes[addr] = n
+	}
+	if n.down.Swap(now+g.interval.Load()) == 0 {
+		g.nodesDown.Add(1)
+		g.outages.Add(1)
+		return true
+	}
+	return false
+}
+
+// AnsweredKey is Answered for a request on key. On a Cluster it ends the
+// fallback of the node serving key's slot, and forgets the nodes left in
+// fallback that no request has probed for two intervals: no slot leads to
+// them any more (a failed master whose replica took its slots).
+func (g *Gate) AnsweredKey(now int64, key string) {
+	if g.cluster == nil {
+		g.Answered()
+		return
+	}
+	if g.nodesDown.Load() == 0 {
+		return
+	}
+	if n := g.node(key); n != nil && n.down.Load() != 0 && n.down.Swap(0) != 0 {
+		g.nodesDown.Add(-1)
+	}
+	stale := now - g.interval.Load() // a probe was due an interval ago
+	g.mu.Lock()
+	for addr, n := range g.nodes {
+		if d := n.down.Load(); d != 0 && d < stale && n.down.CompareAndSwap(d, 0) {
+			g.nodesDown.Add(-1)
+			delete(g.nodes, addr)
+		}
+	}
+	g.mu.Unlock()
+}
+
+// node returns the gate of the master serving key's slot in the client's
+// slot map, nil when it has none.
+func (g *Gate) node(key string) *nodeGate {
+	addr, ok := g.addrOf(key)
+	if !ok {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.nodes[addr]
+}
+
+// addrOf returns the address of the master serving key's slot in the
+// client's slot map.
+func (g *Gate) addrOf(key string) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), nodeLookupTimeout)
+	defer cancel()
+	c, err := g.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "", false
+	}
+	return c.Options().Addr, true
+}
+
+// nodeLookupTimeout bounds the wait for a slot map when the client has none
+// yet (it has one as soon as any command ran).
+const nodeLookupTimeout = 50 * time.Millisecond
 
 // Outages counts the fallbacks begun since NewGate.
 func (g *Gate) Outages() int64 { return g.outages.Load() }
@@ -102,7 +237,7 @@ type sharedGate struct {
 func SharedGate(client redis.UniversalClient, clock shed.Clock, interval time.Duration) (g *Gate, release func()) {
 	clock = shed.ClockOr(clock)
 	if !reflect.TypeOf(client).Comparable() || !reflect.TypeOf(clock).Comparable() {
-		return NewGate(interval), func() {}
+		return NewClientGate(client, interval), func() {}
 	}
 	k := gateKey{client, clock}
 	gates.mu.Lock()
@@ -112,7 +247,7 @@ func SharedGate(client redis.UniversalClient, clock shed.Clock, interval time.Du
 	}
 	s := gates.m[k]
 	if s == nil {
-		s = &sharedGate{gate: NewGate(interval)}
+		s = &sharedGate{gate: NewClientGate(client, interval)}
 		gates.m[k] = s
 	} else if iv := max(int64(interval), 1); iv < s.gate.interval.Load() {
 		s.gate.interval.Store(iv)

@@ -95,10 +95,44 @@ func TestIsOutage(t *testing.T) {
 		{redisError("READONLY You can't write against a read only replica."), true},
 		{redisError("CLUSTERDOWN The cluster is down"), true},
 		{fmt.Errorf("ctx: %w", redisError("BUSY Redis is busy running a script")), true},
+		// A slot moving is no outage (issue 23: 1,310 TRYAGAIN replies
+		// sent every key on the client to the fallback).
+		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), false},
+		{redisError("MOVED 3999 127.0.0.1:6381"), false},
+		{redisError("ASK 3999 127.0.0.1:6381"), false},
 	} {
 		if got := IsOutage(tc.err); got != tc.want {
 			t.Errorf("IsOutage(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// The replies that say a command did not run are retried within the
+// budget; others, and a budget spent, are not.
+func TestAgain(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.DeadlineExceeded, false},
+		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{redisError("MOVED 3999 127.0.0.1:6381"), true},
+		{redisError("ASK 3999 127.0.0.1:6381"), true},
+		{redisError("CLUSTERDOWN The cluster is down"), true},
+		{fmt.Errorf("w: %w", redisError("LOADING Redis is loading the dataset in memory")), true},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if got := Again(ctx, tc.err, 0); got != tc.want {
+			t.Errorf("Again(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MaxRetryBackoff)
+	defer cancel()
+	if Again(ctx, redisError("TRYAGAIN x"), 10) {
+		t.Error("retried with no budget left for the backoff and a round trip")
 	}
 }
 

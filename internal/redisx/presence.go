@@ -27,7 +27,7 @@ var presenceLua string
 var presenceScript = NewScript(presenceLua)
 
 // Presence counts the live instances of a namespace: each instance keeps a
-// member of one sorted set (Keys.Fixed("instances")) alive by refreshing it
+// member of one sorted set (Keys.Fixed(PresenceName)) alive by refreshing it
 // in the background, and reads the count of live members on each refresh.
 // A layer uses Count for its outage share (Share) when ExpectedInstances is
 // unset.

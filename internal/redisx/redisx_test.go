@@ -47,7 +47,9 @@ func TestOptionsValidateNamesFields(t *testing.T) {
 	}
 }
 
-// No user key, whatever its bytes, leaves its tag or the prefix.
+// No user key, whatever its bytes, leaves its tag or the prefix; every key
+// starts with '{', the prefix and a ':' (issue 24: a prefix "x" made
+// "{xall}", and per-key sets did not start with '{').
 func FuzzKeys(f *testing.F) {
 	for _, k := range []string{"", "k", "{", "}", "{k}", "a\nb", "\x00{}", strings.Repeat("}", 100)} {
 		f.Add(k)
@@ -59,7 +61,8 @@ func FuzzKeys(f *testing.F) {
 				t.Fatalf("key %q: redis key %q", key, rk)
 			}
 		}
-		if !strings.HasPrefix(ks.Key("x", key), "p:x:{") || !strings.HasPrefix(ks.In("all", "k", key), ks.Fixed("all")+":k:") {
+		if !strings.HasPrefix(ks.Key("x", key), "{p:x:") || !strings.HasPrefix(ks.In("all", "k", key), ks.Fixed("all")+":k:") ||
+			ks.Fixed("all") != "{p:all}" {
 			t.Fatalf("key %q leaves its layout", key)
 		}
 		if ks.Key("x", key) == ks.Key("x", key+"\x00") {
@@ -114,7 +117,7 @@ func testClient(t *testing.T) *redis.Client {
 
 // Two processes (two clients) in one set count 2; one leaving counts 1.
 func TestPresenceCountsLiveInstances(t *testing.T) {
-	key := NewKeys(redistest.Prefix(t)).Fixed("instances")
+	key := NewKeys(redistest.Prefix(t)).Fixed(PresenceName)
 	a, leaveA := JoinPresence(testClient(t), key, 50*time.Millisecond)
 	b, leaveB := JoinPresence(testClient(t), key, 50*time.Millisecond)
 	defer leaveB()
@@ -132,7 +135,7 @@ func TestPresenceCountsLiveInstances(t *testing.T) {
 // One client joining twice counts once.
 func TestPresenceSharedPerClient(t *testing.T) {
 	c := testClient(t)
-	key := NewKeys(redistest.Prefix(t)).Fixed("instances")
+	key := NewKeys(redistest.Prefix(t)).Fixed(PresenceName)
 	a, leaveA := JoinPresence(c, key, 0)
 	b, leaveB := JoinPresence(c, key, 0)
 	defer leaveB()

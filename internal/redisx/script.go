@@ -84,7 +84,11 @@ func (onceCmd) NoRetry() bool { return true }
 // reply is lost) is an error, not a second run. It is for the scripts that
 // are not safe to run twice (a rate-limit decision would charge its units
 // twice, a refund give them back twice); the caller treats the error as an
-// outage and decides locally.
+// outage and decides locally. It is also for the scripts on a request's
+// path (and the fleet's tick): a Cluster's TRYAGAIN or CLUSTERDOWN comes
+// back at once, for the caller to retry within its budget (Again), rather
+// than being retried by go-redis from an 8ms backoff up, which ends a short
+// budget with a bare deadline error that reads as an outage.
 func (s *Script) RunOnce(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	cmd := s.cmd(ctx, "evalsha", s.s.Hash(), keys, args)
 	_ = c.Process(ctx, onceCmd{cmd})
