@@ -44,6 +44,10 @@ type Layer struct {
 	// queueMin is the shortest queue wait (ns) seen since the last sample,
 	// math.MaxInt64 when none.
 	queueMin atomic.Int64
+	// capacityWaiters counts the requests waiting in the queue for the
+	// worker budget (not for the level to fall): the queue-delay signal's
+	// length.
+	capacityWaiters atomic.Int64
 
 	// The sampler's own state: only the sampler touches it, one tick at a
 	// time (each tick schedules the next).
@@ -245,9 +249,13 @@ func (l *Layer) publish(level, utilization float64, readings []float64) {
 // queuePressure is the queue-delay signal: the shortest wait seen since the
 // last sample against the target (CoDel's standing-queue test), or, when no
 // waiter left the queue in the interval, how full it is.
+//
+// Only requests that queued for capacity (the worker budget, or the learnt
+// limit) count: a request the level sheds waits for the level to fall, and
+// counting it would keep the level up by the very shedding it causes.
 func (l *Layer) queuePressure(target, maxLen float64) float64 {
 	min := l.queueMin.Swap(math.MaxInt64)
-	p := float64(l.queue.Len()) / maxLen
+	p := float64(l.capacityWaiters.Load()) / maxLen
 	if min != math.MaxInt64 {
 		p = math.Max(p, float64(min)/target)
 	}
@@ -431,7 +439,7 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	case shed.AdmitDryRun:
 		return l.dryRun(cost), nil
 	case shed.Wait:
-		return l.wait(ctx, req, cost)
+		return l.wait(ctx, req, cost, w == overBudget)
 	}
 	return shed.Lease{}, l.rejection(w == overBudget)
 }
@@ -462,8 +470,10 @@ func (l *Layer) rejection(budget bool) *shed.Rejection {
 }
 
 // wait queues req until the level admits its priority and, with a budget,
-// a worker is free; highest priority first.
-func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
+// a worker is free; highest priority first. forCapacity says it queued
+// because the budget was spent, not because the level sheds it: only such
+// waits feed the queue-delay signal.
+func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapacity bool) (shed.Lease, error) {
 	if l.queue == nil {
 		return shed.Lease{}, l.rejection(false)
 	}
@@ -479,8 +489,14 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 			l.inflight.Add(-cost)
 		}
 	}
+	if forCapacity {
+		l.capacityWaiters.Add(1)
+	}
 	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
-	l.recordWait(waited)
+	if forCapacity {
+		l.capacityWaiters.Add(-1)
+		l.recordWait(waited)
+	}
 	if err != nil {
 		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
