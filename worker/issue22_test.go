@@ -61,8 +61,9 @@ func TestIssue22QueueOfShedRequestsDoesNotHoldTheLevel(t *testing.T) {
 		t.Fatalf("15s after the pressure fell to 0.1, level %v with %d requests queued: the queue of shed requests holds the level up",
 			l.Level(), l.queue.Len())
 	}
-	// From level 3 at one level per Recovery (3s), plus a sample or two.
-	if bound := 3*DefaultRecovery + 2*DefaultInterval; calm > bound {
+	// From level 3 at one level per Recovery (3s), plus the samples the
+	// moving average takes to fall below RecoverBelow.
+	if bound := 3*DefaultRecovery + time.Second; calm > bound {
 		t.Fatalf("level back to 0 after %v, want within %v", calm, bound)
 	}
 	for i := 0; i < queued; i++ {
