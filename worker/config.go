@@ -121,6 +121,12 @@ type Config struct {
 	// it finishes, the first one read takes the budget whatever its
 	// priority, and critical requests pile up over the budget.
 	Yield bool
+	// Limit configures the learnt in-flight limit, on unless Workers is set
+	// or Limit.Disable: the layer learns how much work the service can have
+	// in flight, whatever its bottleneck, admits that much and queues the
+	// rest by priority (see LimitConfig).
+	Limit LimitConfig
+
 	// Signals are extra signals, sampled with the built-in ones.
 	Signals []Signal
 
@@ -215,6 +221,23 @@ func (c Config) withDefaults() Config {
 	if c.BusyWorkers == 0 {
 		c.BusyWorkers = c.Workers
 	}
+	cpus := CPUWorkers()
+	if c.Limit.Min == 0 {
+		c.Limit.Min = cpus
+	}
+	if c.Limit.Max == 0 {
+		c.Limit.Max = max(DefaultLimitMax, c.Limit.Min)
+	}
+	if c.Limit.Initial == 0 {
+		c.Limit.Initial = max(16, 4*cpus)
+	}
+	c.Limit.Initial = min(max(c.Limit.Initial, c.Limit.Min), c.Limit.Max)
+	if c.Limit.Window == 0 {
+		c.Limit.Window = DefaultLimitWindow
+	}
+	if c.Limit.Tolerance == 0 {
+		c.Limit.Tolerance = DefaultLimitTolerance
+	}
 	c.Clock = shed.ClockOr(c.Clock)
 	return c
 }
@@ -264,6 +287,18 @@ func (c Config) Validate() error {
 	}
 	if c.BusyWorkers < 0 || c.BusyWorkers > c.Workers {
 		bad("Config.BusyWorkers must be within [0, Config.Workers (%d)], got %d", c.Workers, c.BusyWorkers)
+	}
+	if c.Limit.Initial < 0 || c.Limit.Min < 0 || c.Limit.Max < 0 {
+		bad("Config.Limit: Initial, Min and Max must not be negative, got %d, %d, %d", c.Limit.Initial, c.Limit.Min, c.Limit.Max)
+	}
+	if c.Limit.Max > 0 && c.Limit.Min > c.Limit.Max {
+		bad("Config.Limit.Min (%d) must not be above Config.Limit.Max (%d)", c.Limit.Min, c.Limit.Max)
+	}
+	if c.Limit.Window < 0 {
+		bad("Config.Limit.Window must be positive, got %v", c.Limit.Window)
+	}
+	if !finite(c.Limit.Tolerance) || (c.Limit.Tolerance != 0 && c.Limit.Tolerance < 1) {
+		bad("Config.Limit.Tolerance must be at least 1, got %v", c.Limit.Tolerance)
 	}
 	if c.Yield && c.Workers == 0 {
 		bad("Config.Yield needs a worker budget (Config.Workers)")

@@ -29,12 +29,17 @@ type Layer struct {
 	retryAfter time.Duration
 	workers    int64
 	busy       int64 // the budget while the level sheds (Config.BusyWorkers)
-	yield      bool
-	protect    int // priorities with this Index or above are never refused
-	queue      *shed.WaitQueue
-	ep         shed.Episode
-	budget     Budget
-	grants     sync.Pool // *grant
+	// lim is the learnt in-flight limit (nil with a worker budget, or with
+	// Config.Limit.Disable); counted is whether in flight is counted at all
+	// (a budget or a learnt limit).
+	lim     *limiter
+	counted bool
+	yield   bool
+	protect int // priorities with this Index or above are never refused
+	queue   *shed.WaitQueue
+	ep      shed.Episode
+	budget  Budget
+	grants  sync.Pool // *grant
 
 	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
@@ -122,6 +127,10 @@ func New(cfg Config) (*Layer, error) {
 	if c.ShedCritical {
 		l.protect = shed.NumPriorities
 	}
+	if c.Workers == 0 && !c.Limit.Disable {
+		l.lim = newLimiter(c.Limit, c.Clock.Now())
+	}
+	l.counted = l.workers > 0 || l.lim != nil
 	l.grants.New = func() any { return &grant{owner: l} }
 	l.queueMin.Store(math.MaxInt64)
 	l.ctrl = newController(c, l.protect)
@@ -141,10 +150,15 @@ func New(cfg Config) (*Layer, error) {
 		s := newSchedSignal(c.SchedLatencyTarget)
 		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read})
 	}
-	if l.enf.Action == shed.Queue {
+	if l.enf.Action == shed.Queue || l.lim != nil {
 		qc := l.enf.Queue
 		if qc.Clock == nil {
 			qc.Clock = l.clock
+		}
+		if l.enf.Action != shed.Queue {
+			// The learnt limit's own queue: its bounds follow what the
+			// limit learns (limiter.queueBounds); these are only caps.
+			qc.MaxLength, qc.MaxWait = limitQueueCap, limitQueueMaxWait
 		}
 		q, err := shed.NewWaitQueue(qc)
 		if err != nil {
@@ -153,14 +167,22 @@ func New(cfg Config) (*Layer, error) {
 		l.queue = q
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
-		l.signals = append(l.signals, signal{name: SignalQueueDelay, read: func() float64 {
+		// With a learnt limit the queue stands under any overload, by
+		// design, and the limit and the queue's bounds already hold it:
+		// the signal is reported, not shed on.
+		l.signals = append(l.signals, signal{name: SignalQueueDelay, reportOnly: l.lim != nil, read: func() float64 {
 			return l.queuePressure(target, maxLen)
 		}})
 	}
-	if l.workers > 0 {
+	switch {
+	case l.workers > 0:
 		w := float64(l.workers)
 		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
 			return float64(l.inflight.Load()) / w
+		}})
+	case l.lim != nil:
+		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
+			return float64(l.inflight.Load()) / float64(max(l.lim.Limit(), 1))
 		}})
 	}
 	for _, s := range c.Signals {
@@ -223,6 +245,11 @@ func (l *Layer) tick() {
 		}
 	}
 	level := l.ctrl.step(pressure, dt)
+	if l.lim != nil {
+		// A saturated CPU (or scheduler) cannot serve more in flight: the
+		// learnt limit holds until it is not.
+		l.lim.capped.Store(pressure >= l.ctrl.shedAt)
+	}
 	l.publish(level, utilization, readings)
 	if l.queue != nil {
 		l.queue.Notify() // the level may have fallen
@@ -345,6 +372,14 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		}
 		return l.over(ctx, req, w)
 	}
+	if l.lim != nil {
+		// Within the learnt limit, with nobody queued ahead: admitted.
+		cost := req.Units()
+		if l.queue.Len() == 0 && l.takeWithin(cost, l.lim.Limit()) {
+			return l.timedLease(cost), nil
+		}
+		return l.overLimit(ctx, req, cost)
+	}
 	if l.workers == 0 {
 		return shed.NewLease(l), nil
 	}
@@ -371,6 +406,9 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 // take counts cost units in flight if they fit within the worker budget (or
 // the priority is protected).
 func (l *Layer) take(cost int64, p shed.Priority) bool {
+	if l.lim != nil {
+		return l.takeWithin(cost, l.lim.Limit())
+	}
 	if p.Index() >= l.protect {
 		l.inflight.Add(cost)
 		return true
@@ -381,6 +419,9 @@ func (l *Layer) take(cost int64, p shed.Priority) bool {
 // workerBudget is the worker budget at shed level v: Config.BusyWorkers while
 // the layer sheds, Workers otherwise.
 func (l *Layer) workerBudget(v uint32) int64 {
+	if l.lim != nil {
+		return l.lim.Limit()
+	}
 	if v != 0 {
 		return l.busy
 	}
@@ -419,17 +460,17 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	cost := req.Units()
 	within := w == overMargin
 	if w == overBudget {
-		within = l.inflight.Load() <= l.enf.Ceiling(l.workers)-cost
+		within = l.inflight.Load() <= l.enf.Ceiling(l.workerBudget(0))-cost
 	}
 	switch l.enf.Decide(now, false, within, &l.ep) {
 	case shed.AdmitOver:
-		if l.workers == 0 {
+		if !l.counted {
 			ls := shed.NewLease(l)
 			ls.Over = true
 			return ls, nil
 		}
-		if l.takeWithin(cost, l.enf.Ceiling(l.workers)) {
-			ls := l.lease(cost)
+		if l.takeWithin(cost, l.enf.Ceiling(l.workerBudget(0))) {
+			ls := l.timedLease(cost)
 			ls.Over = true
 			return ls, nil
 		}
@@ -446,7 +487,7 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 
 func (l *Layer) dryRun(cost int64) shed.Lease {
 	var ls shed.Lease
-	if l.workers == 0 {
+	if !l.counted {
 		ls = shed.NewLease(l)
 	} else {
 		l.inflight.Add(cost)
@@ -469,6 +510,17 @@ func (l *Layer) rejection(budget bool) *shed.Rejection {
 	return shed.Shed(Reason, l.retryAfter)
 }
 
+// queueRejection turns an error of the queue into what Acquire returns: a
+// 503 with the layer's Retry-After, or a context error as it is.
+func (l *Layer) queueRejection(err error, waited time.Duration) error {
+	err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+	var r *shed.Rejection
+	if errors.As(err, &r) {
+		r.RetryAfter = l.retryAfter
+	}
+	return err
+}
+
 // wait queues req until the level admits its priority and, with a budget,
 // a worker is free; highest priority first. forCapacity says it queued
 // because the budget was spent, not because the level sheds it: only such
@@ -482,10 +534,10 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 		if sheds(uint32(l.state.Load()), p) {
 			return false
 		}
-		return l.workers == 0 || l.take(cost, p)
+		return !l.counted || l.take(cost, p)
 	}
 	giveBack := func() {
-		if l.workers > 0 {
+		if l.counted {
 			l.inflight.Add(-cost)
 		}
 	}
@@ -498,18 +550,13 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 		l.recordWait(waited)
 	}
 	if err != nil {
-		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
-		var r *shed.Rejection
-		if errors.As(err, &r) {
-			r.RetryAfter = l.retryAfter
-		}
-		return shed.Lease{}, err
+		return shed.Lease{}, l.queueRejection(err, waited)
 	}
 	var ls shed.Lease
-	if l.workers == 0 {
+	if !l.counted {
 		ls = shed.NewLease(l)
 	} else {
-		ls = l.lease(cost)
+		ls = l.timedLease(cost)
 	}
 	ls.Waited = waited
 	return ls, nil
@@ -518,13 +565,19 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 // Release gives back the worker-budget units lease holds. A lease this layer
 // did not grant, or one already released (a copy), is ignored. Callers use
 // lease.Release, which calls this.
-func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
+func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	g, ok := lease.Ref.(*grant)
 	if !ok || g.owner != l || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
 		return
 	}
 	l.inflight.Add(-lease.Cost)
 	l.grants.Put(g)
+	// Only work that ran to its end says how long work takes: a dropped
+	// caller's or an unused lease's time says nothing about the service.
+	if l.lim != nil && !lease.Acquired.IsZero() && (o == shed.Completed || o == shed.Failed) {
+		now := l.clock.Now()
+		l.lim.observe(now, now.Sub(lease.Acquired))
+	}
 	if l.queue != nil {
 		l.queue.Notify()
 	}
@@ -558,7 +611,7 @@ func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeShedFraction, Priority: p, Value: shedFraction(v, p.Index())})
 	}
 	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeHeadroom, Value: l.Headroom()})
-	if l.workers > 0 {
+	if l.counted {
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.inflight.Load())})
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
 	}
