@@ -55,9 +55,6 @@ type LimitConfig struct {
 // has run ten times its length): fewer make the mean too noisy to steer by.
 const minLimitSamples = 24
 
-// flatHistory is how many past windows the stale-baseline test looks back.
-const flatHistory = 4
-
 // limiter learns the in-flight limit from what the layer observes: the
 // latency of admitted work from admission to release (queue wait not
 // included), against a baseline kept current, and the throughput.
@@ -96,11 +93,18 @@ type limiter struct {
 	est       float64    // the limit, unrounded
 	base      float64    // the baseline (no-queue) latency, ns; 0 until learnt
 	slowStart bool       // grow by half the limit a window, until the knee is met
-	hist      [flatHistory]windowStat
-	histN     int
-	min, max  float64
-	minWindow float64 // ns
-	tolerance float64
+	// The probe: every probeEvery windows the limit drops to probeDepth of
+	// itself for two windows (one to drain, one to measure), and the slope
+	// of latency against in flight between the second and the window
+	// before (ref) says whether the baseline is current; the limit then
+	// goes back to saved.
+	phase      int
+	sinceProbe int
+	ref        windowStat
+	saved      float64
+	min, max   float64
+	minWindow  float64 // ns
+	tolerance  float64
 }
 
 // windowStat is one closed window: mean in flight (Little's law: throughput
@@ -161,14 +165,19 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		l.mean.Store(int64(m + 0.25*(latency-m)))
 	}
 	l.window.Store(int64(math.Max(l.minWindow, 2*latency)))
-	switch {
-	case l.base == 0 || latency < l.base:
+	if l.base == 0 || latency < l.base {
 		l.base = latency
-	case latency > l.tolerance*l.base && l.flat(inflight, latency):
-		// The service is slower, not queueing: re-learn from here.
-		l.base, l.slowStart, l.histN = latency, true, 0
 	}
-	l.remember(windowStat{inflight, latency})
+	switch l.phase {
+	case probeDrain:
+		// The requests admitted over the probe's limit finish in this
+		// window; the next one measures the probe.
+		l.phase = probeMeasure
+		return
+	case probeMeasure:
+		l.measureProbe(inflight, latency)
+		return
+	}
 
 	g := math.Max(0.5, math.Min(1, l.tolerance*l.base/latency))
 	est := l.est
@@ -184,28 +193,69 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	default:
 		est += 0.5 * math.Sqrt(est)
 	}
+	l.setEstimate(est)
+	l.sinceProbe++
+	if bound && l.sinceProbe >= probeEvery {
+		l.phase, l.ref, l.saved = probeDrain, windowStat{inflight, latency}, l.est
+		l.sinceProbe = 0
+		l.setEstimate(probeDepth * l.est)
+	}
+}
+
+// setEstimate sets the limit to est, within [min, max]. mu is held.
+func (l *limiter) setEstimate(est float64) {
 	l.est = math.Max(l.min, math.Min(l.max, est))
 	l.limit.Store(int64(math.Round(l.est)))
 }
 
-// flat reports whether latency held while the in-flight count fell: a
-// recent window had at least a fifth more in flight and no more than 8%
-// more latency. mu is held.
-func (l *limiter) flat(inflight, latency float64) bool {
-	for i := 0; i < l.histN; i++ {
-		h := l.hist[i]
-		if inflight <= 0.8*h.inflight && latency >= 0.92*h.latency {
-			return true
+// measureProbe ends a probe: the window at probeDepth of the limit against
+// the one before it. mu is held.
+func (l *limiter) measureProbe(inflight, latency float64) {
+	if dk := math.Log(l.ref.inflight / inflight); dk >= math.Log(minProbeSpan) {
+		switch slope := math.Log(l.ref.latency/latency) / dk; {
+		case slope <= flatSlope:
+			// Latency did not fall with in flight: no queue inside at
+			// the probe's level, so its latency is the no-queue one,
+			// whatever it was before (a service that got slower).
+			// The limit may be below the knee: find it again fast.
+			l.base, l.slowStart = latency, true
+		case slope >= queueSlope:
+			// Latency fell with in flight: it queues inside even at the
+			// probe's level, so the no-queue latency is lower still (a
+			// service that started under load never saw it). Extrapolate
+			// one more step down, and probe again soon.
+			l.base = math.Min(l.base, latency*inflight/l.ref.inflight)
+			l.sinceProbe = probeEvery - probeSoon
 		}
 	}
-	return false
+	l.phase = probeNone
+	l.setEstimate(l.saved)
 }
 
-func (l *limiter) remember(s windowStat) {
-	copy(l.hist[1:], l.hist[:flatHistory-1])
-	l.hist[0] = s
-	l.histN = min(l.histN+1, flatHistory)
-}
+// Thresholds of the log-log slope of latency against in flight between a
+// probe and the window before it: at most flatSlope, latency did not follow
+// in flight (no queue inside); at least queueSlope, it did.
+const (
+	flatSlope  = 0.3
+	queueSlope = 0.7
+	// probeEvery is how many windows pass between probes, while the limit
+	// binds; probeDepth is the share of the limit a probe admits.
+	probeEvery = 5
+	probeDepth = 0.75
+	// probeSoon is how many windows the next probe comes after one that
+	// found the baseline too high.
+	probeSoon = 2
+	// minProbeSpan is the least ratio of in flight between the probe and
+	// the window before it that gives a slope: nearer, the noise of the
+	// means is most of it.
+	minProbeSpan = 1.15
+)
+
+const (
+	probeNone = iota
+	probeDrain
+	probeMeasure
+)
 
 // Limit returns the learnt limit now.
 func (l *limiter) Limit() int64 { return l.limit.Load() }
