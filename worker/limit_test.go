@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// Over the learnt limit a request waits in the queue, and freed capacity
+// goes to the highest priority waiting, not to the first that came.
+func TestLearntLimitQueuesByPriority(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 2, Min: 1}})
+	ctx := context.Background()
+	var held []shed.Lease
+	for i := 0; i < 2; i++ {
+		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
+		if err != nil {
+			t.Fatalf("request %d within the limit of 2: %v", i, err)
+		}
+		held = append(held, ls)
+	}
+	type result struct {
+		p   shed.Priority
+		err error
+	}
+	got := make(chan result, 2)
+	for _, p := range []shed.Priority{shed.Sheddable, shed.Critical} {
+		go func() {
+			ls, err := l.Acquire(ctx, shed.Request{Priority: p})
+			if err == nil {
+				defer ls.Release(shed.Completed)
+			}
+			got <- result{p, err}
+		}()
+		n := l.Queued() + 1
+		waitUntil(t, "the request to queue", func() bool { return l.Queued() == n })
+	}
+	var limit float64
+	l.ReportGauges(func(g shed.Gauge) {
+		if g.Name == shed.GaugeLimit {
+			limit = g.Value
+		}
+	})
+	if limit != 2 {
+		t.Fatalf("limit gauge %v, want 2", limit)
+	}
+	clock.Advance(10 * time.Millisecond)
+	held[0].Release(shed.Completed)
+	if r := <-got; r.p != shed.Critical || r.err != nil {
+		t.Fatalf("first served: %v (%v), want critical", r.p, r.err)
+	}
+	held[1].Release(shed.Completed)
+	if r := <-got; r.p != shed.Sheddable || r.err != nil {
+		t.Fatalf("second served: %v (%v), want sheddable", r.p, r.err)
+	}
+}
+
+// Over the queue's bound (one limit's worth of waiters), a newcomer evicts
+// the lowest priority waiting, and one with nobody below it is refused.
+func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 4, Min: 1, Max: 4}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 4; i++ {
+		if _, err := l.Acquire(ctx, shed.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 8)
+	queue := func(p shed.Priority) {
+		go func() {
+			_, err := l.Acquire(ctx, shed.Request{Priority: p})
+			errs <- err
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		queue(shed.TestMode)
+		n := i + 1
+		waitUntil(t, "the queue to fill", func() bool { return l.Queued() == n })
+	}
+	queue(shed.Default) // evicts a test-mode waiter
+	r := shedtest.Rejection(t, <-errs)
+	if r.Reason != "evicted by higher-priority request" {
+		t.Fatalf("at the bound, a default request arriving: %q, want a test-mode waiter evicted", r.Reason)
+	}
+	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.TestMode}); shedtest.Rejection(t, err).Reason != "queue full" {
+		t.Fatalf("test-mode at a full queue with nothing below it: %v, want queue full", err)
+	}
+}
