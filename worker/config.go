@@ -36,9 +36,11 @@ const (
 // Reason is the rejection's Reason: the process is shedding load.
 const Reason = "temporary-reduced-capacity"
 
-// Config configures a Layer. Start from DefaultConfig (or CPUBound): CPU
-// and scheduler latency signals sampled every 250ms, Stripe's thresholds
-// (shed from 0.8, recover below 0.7), no worker budget, critical traffic
+// Config configures a Layer. Start from DefaultConfig: the in-flight limit
+// learnt from the latency of admitted work (whatever the bottleneck: CPU,
+// a pool, a slow dependency), requests over it queued by priority, CPU and
+// scheduler latency signals sampled every 250ms moving the shed level with
+// Stripe's thresholds (shed from 0.8, recover below 0.7), critical traffic
 // never shed, rejecting with 503. Interval must be set (DefaultConfig
 // does); every other zero field stands for its default.
 type Config struct {
@@ -94,7 +96,9 @@ type Config struct {
 	// queue, overload even when the CPU reads fine.
 	QueueDelayTarget time.Duration
 	// Workers is the worker budget: the most request units (Request.Units)
-	// in flight in this layer at once (default 0: no budget). Over it a
+	// in flight in this layer at once (default 0: no budget, the limit is
+	// learnt). A budget replaces the learnt limit: set it only when you
+	// know the capacity and it never changes. Over it a
 	// request is rejected, or queued, at once, without waiting for the
 	// sampler. In flight against the budget is reported (utilization
 	// "in_flight") and counts in the headroom, but does not move the shed
@@ -145,9 +149,11 @@ type CPUConfig struct {
 	// DetectBudget).
 	Budget float64
 	// Full is the share of the budget that counts as saturation, pressure
-	// 1.0 (default 1.0: every CPU of the budget busy). A service whose
-	// worker budget already keeps admitted work from queueing may run its
-	// CPU hotter than ShedAt of the budget without harm; raising Full lets it.
+	// 1.0 (default 1.25 with the learnt limit, so that the level moves on
+	// CPU only once every CPU of the budget is busy; 1.0 without it). A
+	// service whose in-flight limit (learnt, or a worker budget) already
+	// keeps admitted work from queueing may run its CPU hotter than ShedAt
+	// of the budget without harm; raising Full lets it.
 	Full float64
 }
 
@@ -178,10 +184,21 @@ func CPUBound() Config {
 	return c
 }
 
-// DefaultConfig returns the defaults: every signal built in, sampled every
-// DefaultInterval, Stripe's thresholds, no worker budget, critical traffic
-// never shed, rejecting with 503. Change any field before New.
+// DefaultConfig returns the set-up for every kind of service, CPU-bound,
+// waiting on a pool or a slow dependency, or both: the learnt in-flight
+// limit (LimitConfig) with its priority queue, every signal built in,
+// sampled every DefaultInterval, Stripe's thresholds, critical traffic
+// never shed, rejecting with 503 what the level sheds. It needs no
+// capacity, worker count or latency target. Change any field before New.
 func DefaultConfig() Config { return Config{Interval: DefaultInterval} }
+
+// learntCPUFull is CPU.Full's default with the learnt limit: the CPU
+// signal reads ShedAt (0.8) only with every CPU of the budget busy.
+const learntCPUFull = 1.25
+
+// learns reports whether the layer learns its in-flight limit: no worker
+// budget, and the learnt limit not disabled.
+func (c Config) learns() bool { return c.Workers == 0 && !c.Limit.Disable }
 
 // CPUWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
 // least 1.
@@ -214,6 +231,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CPU.Full == 0 {
 		c.CPU.Full = 1
+		if c.learns() {
+			// The learnt limit keeps admitted work from queueing for the
+			// CPU; the level need only move once the CPU is saturated.
+			c.CPU.Full = learntCPUFull
+		}
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter

@@ -127,7 +127,7 @@ func New(cfg Config) (*Layer, error) {
 	if c.ShedCritical {
 		l.protect = shed.NumPriorities
 	}
-	if c.Workers == 0 && !c.Limit.Disable {
+	if c.learns() {
 		l.lim = newLimiter(c.Limit, c.Clock.Now())
 	}
 	l.counted = l.workers > 0 || l.lim != nil
