@@ -275,17 +275,29 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			}
 			return float64(ok) / (2 * d).Seconds()
 		}
+		// The capacity is what every step is judged against: a machine
+		// busy while it is measured makes every figure after it wrong.
+		pids := []int{servers[0].cmd.Process.Pid}
+		before := readCPUTimes(pin.serverCPU, pids...)
 		rep.capacity = closed()
+		after := readCPUTimes(pin.serverCPU, pids...)
+		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
 		rep.capacityChanged = rep.capacity
 		if sc.change != nil {
 			stop, err := sc.change.start(ctx, env, bases)
 			if err != nil {
 				return err
 			}
+			before := readCPUTimes(pin.serverCPU, pids...)
 			rep.capacityChanged = closed()
-			if _, err := stop(); err != nil {
+			after := readCPUTimes(pin.serverCPU, pids...)
+			neighbour, err := stop()
+			if err != nil {
 				return err
 			}
+			changed := quietBetween(before, after, pin.taskset != "", after.processes-before.processes, neighbour, flood{})
+			rep.calibration.foreign = max(rep.calibration.foreign, changed.foreign)
+			rep.calibration.steal = max(rep.calibration.steal, changed.steal)
 		}
 		return ctx.Err()
 	}); err != nil {
@@ -295,6 +307,9 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		return nil, fmt.Errorf("measured capacity is %.0f requests/s (%.0f/s with the change); is the machine that busy?", rep.capacity, rep.capacityChanged)
 	}
 	fmt.Fprintf(stdout, "capacity %.0f requests/s; unloaded latency p50 %s, p99 %s\n", rep.capacity, ms(rep.unloadedP50), ms(rep.unloadedP99))
+	if ok, why := rep.calibration.trusted(); !ok {
+		fmt.Fprintf(stdout, "the capacity was measured on a busy machine (%s): no figure of this run is to be trusted\n", why)
+	}
 	if sc.change != nil {
 		fmt.Fprintf(stdout, "with %s: capacity %.0f requests/s (%.1f%%), from %s to %s of each step's %s measured\n",
 			sc.change.about, rep.capacityChanged, 100*rep.capacityChanged/rep.capacity, o.before, o.before+o.during, measure)

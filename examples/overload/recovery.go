@@ -39,7 +39,9 @@ type recovery struct {
 // floorLat is the floor's latencies of arr.
 func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at, horizon time.Duration, capacity float64, critical bool) recovery {
 	r := recovery{at: at, capacity: capacity, from: max(0, at-2*window)}
-	n := int((horizon - r.from) / window) // whole windows only
+	// Whole windows only; a change made a few milliseconds late does not
+	// cost the last one.
+	n := int((horizon - r.from + window/20) / window)
 	if n <= 0 {
 		r.back = -1
 		return r

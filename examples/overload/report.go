@@ -69,7 +69,10 @@ type report struct {
 	// without one).
 	capacityChanged          float64
 	unloadedP50, unloadedP99 time.Duration
-	steps                    []step
+	// calibration is how quiet the machine was while the capacity was
+	// measured.
+	calibration quiet
+	steps       []step
 	started                  time.Time
 	loadBefore, loadAfter    string
 }
@@ -176,6 +179,19 @@ func setupTitle(p api.Protection) string {
 	return string(p)
 }
 
+// trusted is whether a step's figures may decide a target: the machine
+// was quiet during the step and while the capacity was measured.
+func (r *report) trusted(s step) (bool, string) {
+	ok, why := s.quiet.trusted()
+	if calOK, calWhy := r.calibration.trusted(); !calOK {
+		if why != "" {
+			why += "; "
+		}
+		return false, why + "while the capacity was measured, " + calWhy
+	}
+	return ok, why
+}
+
 // verdict is one target's outcome at one step.
 type verdict struct {
 	mult float64
@@ -197,14 +213,14 @@ func (v verdict) word() string {
 	return "FAIL"
 }
 
-// targets checks loadshed's targets at every step that has some, for the
-// first of loadshed's set-ups in the run; nil without one.
+// targets checks loadshed's targets at every step that has some; nil
+// without loadshed in the run.
 func (r *report) targets() []verdict {
+	// The default set-up when the run has it, else the tuned one.
 	var setup api.Protection
 	for _, p := range r.opts.setups {
-		if isLoadshed(p) {
+		if p == api.Loadshed || (setup == "" && isLoadshed(p)) {
 			setup = p
-			break
 		}
 	}
 	var out []verdict
@@ -212,7 +228,7 @@ func (r *report) targets() []verdict {
 		if s.setup != setup || setup == "" {
 			continue
 		}
-		trusted, _ := s.quiet.trusted()
+		trusted, _ := r.trusted(s)
 		add := func(name string, ok bool, got string) {
 			out = append(out, verdict{mult: s.mult, name: name, ok: ok, unsure: !ok && !trusted, got: got})
 		}
@@ -272,7 +288,7 @@ func (r *report) printTargets(w io.Writer) {
 		fmt.Fprintf(w, "  %5s  %-6s  %-52s %s\n", load, v.word(), v.name, v.got)
 	}
 	for _, s := range r.steps {
-		if ok, why := s.quiet.trusted(); !ok && isLoadshed(s.setup) {
+		if ok, why := r.trusted(s); !ok && isLoadshed(s.setup) {
 			fmt.Fprintf(w, "  not to be trusted: %s at %.1f×: %s\n", s.setup, s.mult, why)
 		}
 	}
@@ -418,7 +434,7 @@ func (r *report) json() jsonReport {
 			Floor:            jsonFloor{CriticalSuccess: s.floor.criticalSuccess, Goodput: s.floor.goodput, CriticalP99: msFloat(s.floor.criticalP99), AllP99: msFloat(s.floor.allP99)},
 			CriticalP99Ratio: ratioOf(s.stats[shed.Critical.Index()].p99, s.floor.criticalP99),
 			AllP99Ratio:      ratioOf(s.stats[shed.NumPriorities].p99, s.floor.allP99)}
-		js.Trusted, js.Untrusted = s.quiet.trusted()
+		js.Trusted, js.Untrusted = r.trusted(s)
 		for _, rc := range s.recoveries {
 			js.RecoverySeconds = append(js.RecoverySeconds, rc.back.Seconds())
 		}
