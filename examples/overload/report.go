@@ -71,10 +71,10 @@ type report struct {
 	unloadedP50, unloadedP99 time.Duration
 	// calibration is how quiet the machine was while the capacity was
 	// measured.
-	calibration quiet
-	steps       []step
-	started                  time.Time
-	loadBefore, loadAfter    string
+	calibration           quiet
+	steps                 []step
+	started               time.Time
+	loadBefore, loadAfter string
 }
 
 func ms(d time.Duration) string {
