@@ -20,6 +20,7 @@ import (
 // demonstration's own binary is: startServer runs os.Executable.
 func TestMain(m *testing.M) {
 	serveIfChild()
+	burnIfNeighbour()
 	os.Exit(m.Run())
 }
 
@@ -87,8 +88,18 @@ func TestQuickRun(t *testing.T) {
 	if ls <= none {
 		t.Errorf("critical success at %d×: loadshed %s, not above no protection's %s", targetStep, pct(ls), pct(none))
 	}
-	if len(rep.TargetVerdicts) != 3 || rep.TargetsMet == nil {
-		t.Errorf("want three target verdicts, got %v", rep.TargetVerdicts)
+	// -quick's steps are 1× and 5×: at 5×, critical success, goodput and
+	// the two p99s against the floor.
+	if len(rep.TargetVerdicts) != 4 || rep.TargetsMet == nil {
+		t.Errorf("want four target verdicts, got %v", rep.TargetVerdicts)
+	}
+	if rep.Scenario != scenarioCPU {
+		t.Errorf("scenario %q, want %q by default", rep.Scenario, scenarioCPU)
+	}
+	for _, s := range rep.Steps {
+		if s.Floor.Goodput <= 0 || s.Floor.CriticalP99 <= 0 {
+			t.Errorf("%s at %.1f×: no floor (%+v)", s.Setup, s.Load, s.Floor)
+		}
 	}
 	for _, name := range []string{"overload.svg", "overload.png", "overload.txt"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
@@ -163,6 +174,12 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"-instances", "3"},
 		{"-instances", "0", "-redis", "127.0.0.1:6379"},
 		{"-setups", "none,magic"},
+		{"-scenario", "disk"},
+		{"-phases", "1s,2s"},
+		{"-phases", "1s,x,2s"},
+		{"-pool", "0"},
+		{"-latency", "0s"},
+		{"-blind-headroom", "0"},
 		{"extra"},
 	} {
 		var stderr bytes.Buffer
@@ -174,9 +191,16 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 	if err != nil || len(o.steps) != 5 || len(o.setups) != 3 || o.measure != 5*time.Second {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
+	if !slices.Equal(o.scenarios, []string{scenarioCPU}) || o.headroom != 0.85 {
+		t.Errorf("defaults: scenarios %v, blind headroom %v", o.scenarios, o.headroom)
+	}
 	o, err = parseOptions([]string{"-quick"}, &bytes.Buffer{})
 	if err != nil || !slices.Equal(o.steps, []float64{1, 5}) {
 		t.Errorf("-quick: steps %v, %v", o.steps, err)
+	}
+	o, err = parseOptions([]string{"-scenario", "all", "-phases", "1s,2s,3s"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(o.scenarios, scenarioNames) || o.during != 2*time.Second {
+		t.Errorf("-scenario all -phases 1s,2s,3s: %v %v, %v", o.scenarios, o.during, err)
 	}
 }
 
