@@ -251,7 +251,7 @@ func (c Config) withDefaults() Config {
 		c.Limit.Max = max(DefaultLimitMax, c.Limit.Min)
 	}
 	if c.Limit.Initial == 0 {
-		c.Limit.Initial = max(16, 4*cpus)
+		c.Limit.Initial = max(4, 2*cpus)
 	}
 	c.Limit.Initial = min(max(c.Limit.Initial, c.Limit.Min), c.Limit.Max)
 	if c.Limit.Window == 0 {

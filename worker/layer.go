@@ -158,7 +158,10 @@ func New(cfg Config) (*Layer, error) {
 		if l.enf.Action != shed.Queue {
 			// The learnt limit's own queue: its bounds follow what the
 			// limit learns (limiter.queueBounds); these are only caps.
-			qc.MaxLength, qc.MaxWait = limitQueueCap, limitQueueMaxWait
+			// Under sustained overload the oldest waiters are those
+			// likeliest to time out before they are served: serve the
+			// newest first once the queue has stood for half a second.
+			qc.MaxLength, qc.MaxWait, qc.AdaptiveLIFO = limitQueueCap, limitQueueMaxWait, true
 		}
 		q, err := shed.NewWaitQueue(qc)
 		if err != nil {

@@ -33,9 +33,10 @@ type LimitConfig struct {
 	// Disable turns the learnt limit off: the layer sheds by its level
 	// alone (and by Workers, when set).
 	Disable bool
-	// Initial is the limit before anything is learnt (default 16, or four
-	// per CPU of the budget if more). The limit leaves it within a few
-	// windows of traffic.
+	// Initial is the limit before anything is learnt (default two per CPU
+	// of the budget, at least 4). Under load the limit grows by half each
+	// window (a tenth of a second) until latency says it met the knee, so
+	// starting low costs little; starting far above the knee costs probes.
 	Initial int64
 	// Min is the lowest the limit goes (default: one per CPU of the budget,
 	// CPUWorkers). A service that is CPU-bound needs that many in flight to
@@ -60,11 +61,12 @@ const minLimitSamples = 24
 // included), against a baseline kept current, and the throughput.
 //
 // Each window it takes the gradient g = clamp(tolerance × baseline / mean
-// latency, 0.5, 1) and moves the limit toward g × limit + √limit (Netflix's
-// Gradient2, Envoy's adaptive concurrency). Past the knee (a CPU run by
-// more requests than it has cores, a pool with every connection busy)
+// latency, 0.5, 1) and moves the limit toward g × limit + allowance
+// (Netflix's Gradient2 and Envoy's adaptive concurrency add √limit; a
+// tenth of the limit, at least one, queues less). Past the knee (a CPU run
+// by more requests than it has cores, a pool with every connection busy)
 // latency grows in proportion to the in-flight count, so the limit settles
-// at tolerance × knee + √knee. Below it latency is flat and the limit grows,
+// at tolerance × knee + allowance. Below it latency is flat and the limit grows,
 // only while it binds (requests queued over it in the window).
 //
 // The baseline is the no-queue latency. It follows any lower window mean at
@@ -102,17 +104,29 @@ type limiter struct {
 	sinceProbe int
 	ref        windowStat
 	saved      float64
-	min, max   float64
-	minWindow  float64 // ns
-	tolerance  float64
+	depth      float64 // the next probe's share of the limit
+	// prev is the window before, for the test of a slower service;
+	// steady the average of the windows since the last probe.
+	prev, steady windowStat
+	// kneeAbove is the in-flight count a probe last found throughput
+	// falling below: the knee is above it. It fades each window.
+	kneeAbove float64
+	min, max  float64
+	minWindow float64 // ns
+	tolerance float64
+	// trace, when set (by tests), is told each window's step.
+	trace func(event string, w windowStat, base, est float64)
 }
 
 // windowStat is one closed window: mean in flight (Little's law: throughput
-// × latency) and mean latency.
-type windowStat struct{ inflight, latency float64 }
+// × latency), mean latency, throughput, and whether the limit bound.
+type windowStat struct {
+	inflight, latency, throughput float64
+	bound                         bool
+}
 
 func newLimiter(c LimitConfig, now time.Time) *limiter {
-	l := &limiter{est: float64(c.Initial), slowStart: true, min: float64(c.Min), max: float64(c.Max),
+	l := &limiter{est: float64(c.Initial), slowStart: true, depth: probeDepth, min: float64(c.Min), max: float64(c.Max),
 		minWindow: float64(c.Window), tolerance: c.Tolerance}
 	l.limit.Store(c.Initial)
 	l.start.Store(now.UnixNano())
@@ -165,8 +179,22 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		l.mean.Store(int64(m + 0.25*(latency-m)))
 	}
 	l.window.Store(int64(math.Max(l.minWindow, 2*latency)))
-	if l.base == 0 || latency < l.base {
+	prev := l.prev
+	l.prev = windowStat{inflight, latency, throughput, bound}
+	switch {
+	case l.base == 0 || latency < l.base:
 		l.base = latency
+	case prev.latency > 0 && latency > slowerBy*prev.latency*math.Max(1, inflight/prev.inflight):
+		// Latency rose more than in flight did: no queue of ours grew
+		// that much (a queue inside grows only with in flight, latency
+		// at most in proportion), so the service
+		// itself got slower (a downstream slowing, a neighbour taking
+		// the CPU). Scale the baseline with it now, rather than read the
+		// slower service as queueing and shrink the limit below what it
+		// can take until a probe re-learns it. Nor did the knee move
+		// down: hold the limit near the in flight it had.
+		l.base *= latency / prev.latency / math.Max(1, inflight/prev.inflight)
+		l.kneeAbove = math.Max(l.kneeAbove, 0.9*math.Max(inflight, prev.inflight))
 	}
 	switch l.phase {
 	case probeDrain:
@@ -179,32 +207,65 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		return
 	}
 
+	// What a probe learnt of the knee fades: by a tenth in five windows,
+	// so that a service whose knee moved down (a pool made smaller) is
+	// followed within seconds.
+	l.kneeAbove *= kneeFade
 	g := math.Max(0.5, math.Min(1, l.tolerance*l.base/latency))
 	est := l.est
 	switch {
 	case g < 1:
 		l.slowStart = false
-		est += 0.5 * (est*g + math.Sqrt(est) - est)
+		est += 0.5 * (est*g + allowance(est) - est)
 	case !bound || capped:
 		// A limit the traffic did not reach says nothing about whether a
 		// larger one would hurt; nor does one the CPU cannot serve more of.
 	case l.slowStart:
 		est *= 1.5
 	default:
-		est += 0.5 * math.Sqrt(est)
+		est += 0.5 * allowance(est)
 	}
 	l.setEstimate(est)
+	// The probe's reference: in flight and latency averaged over the
+	// windows since the last probe, steadier than one window's.
+	if l.steady.latency == 0 || l.sinceProbe == 0 {
+		l.steady = windowStat{inflight: inflight, latency: latency}
+	} else {
+		l.steady.inflight += steadyWeight * (inflight - l.steady.inflight)
+		l.steady.latency += steadyWeight * (latency - l.steady.latency)
+	}
+	if l.trace != nil {
+		l.trace("window", l.prev, l.base, l.est)
+	}
 	l.sinceProbe++
+	if g <= 0.75 {
+		// Latency twice the baseline or more: a flood met at a limit far
+		// too high, or a service that got slower and a baseline gone
+		// stale. Only a probe tells them apart; do not wait for it.
+		l.sinceProbe = max(l.sinceProbe, probeEvery-1)
+	}
 	if bound && l.sinceProbe >= probeEvery {
-		l.phase, l.ref, l.saved = probeDrain, windowStat{inflight, latency}, l.est
+		l.phase, l.ref, l.saved = probeDrain, l.steady, l.est
 		l.sinceProbe = 0
-		l.setEstimate(probeDepth * l.est)
+		// Rounded down: a probe that rounds back to the limit measures
+		// nothing.
+		// Not below the knee a probe found (it fades): below it
+		// throughput falls, and that was measured already.
+		l.est = math.Max(math.Max(l.min, l.kneeAbove), math.Min(l.depth*l.est, l.est-1))
+		l.limit.Store(max(int64(l.est), int64(l.min)))
 	}
 }
 
-// setEstimate sets the limit to est, within [min, max]. mu is held.
+// allowance is how far past the knee the limit settles: a tenth of it, at
+// least one. Work admitted past the knee only queues inside, so the
+// allowance is latency paid for nothing but to cover the moment between a
+// release and the next admission, and the noise of the means.
+func allowance(est float64) float64 { return math.Max(1, 0.1*est) }
+
+// setEstimate sets the limit to est, within [min, max], and not below
+// the knee a probe found. mu is held.
 func (l *limiter) setEstimate(est float64) {
-	l.est = math.Max(l.min, math.Min(l.max, est))
+	l.est = math.Max(math.Max(l.min, l.kneeAbove), math.Min(l.max, est))
 	l.limit.Store(int64(math.Round(l.est)))
 }
 
@@ -217,16 +278,32 @@ func (l *limiter) measureProbe(inflight, latency float64) {
 			// Latency did not fall with in flight: no queue inside at
 			// the probe's level, so its latency is the no-queue one,
 			// whatever it was before (a service that got slower).
-			// The limit may be below the knee: find it again fast.
+			// And the knee is above the probe's in flight, since
+			// throughput fell with it: the limit stays above that while
+			// the baseline is re-learnt, and finds the knee again fast.
 			l.base, l.slowStart = latency, true
+			l.kneeAbove = math.Max(l.kneeAbove, inflight)
 		case slope >= queueSlope:
 			// Latency fell with in flight: it queues inside even at the
 			// probe's level, so the no-queue latency is lower still (a
-			// service that started under load never saw it). Extrapolate
-			// one more step down, and probe again soon.
-			l.base = math.Min(l.base, latency*inflight/l.ref.inflight)
+			// service that started under load never saw it), and the
+			// throughput held: keep the probe's limit and latency, and
+			// probe again soon, a step further down.
+			l.base = math.Min(l.base, latency)
+			l.saved = l.est
 			l.sinceProbe = probeEvery - probeSoon
+			l.depth = max(l.depth*probeDepth, minProbeDepth) // and deeper, while it keeps holding
+			if l.trace != nil {
+				l.trace("probe", windowStat{inflight: inflight, latency: latency}, l.base, l.saved)
+			}
+			l.phase = probeNone
+			l.setEstimate(l.saved)
+			return
 		}
+	}
+	l.depth = probeDepth
+	if l.trace != nil {
+		l.trace("probe", windowStat{inflight: inflight, latency: latency}, l.base, l.saved)
 	}
 	l.phase = probeNone
 	l.setEstimate(l.saved)
@@ -236,12 +313,15 @@ func (l *limiter) measureProbe(inflight, latency float64) {
 // probe and the window before it: at most flatSlope, latency did not follow
 // in flight (no queue inside); at least queueSlope, it did.
 const (
-	flatSlope  = 0.3
-	queueSlope = 0.7
+	flatSlope  = 0.5
+	queueSlope = 0.9
 	// probeEvery is how many windows pass between probes, while the limit
 	// binds; probeDepth is the share of the limit a probe admits.
-	probeEvery = 5
-	probeDepth = 0.75
+	probeEvery = 12
+	probeDepth = 0.8
+	// minProbeDepth bounds how deep probes go in a row while throughput
+	// holds at each.
+	minProbeDepth = 0.7
 	// probeSoon is how many windows the next probe comes after one that
 	// found the baseline too high.
 	probeSoon = 2
@@ -249,6 +329,12 @@ const (
 	// the window before it that gives a slope: nearer, the noise of the
 	// means is most of it.
 	minProbeSpan = 1.15
+	kneeFade     = 0.98
+	// slowerBy: latency this many times the last window's or more, with
+	// in flight held, is a slower service.
+	slowerBy = 1.35
+	// steadyWeight is a window's weight in the probe's reference.
+	steadyWeight = 0.3
 )
 
 const (
@@ -262,23 +348,31 @@ func (l *limiter) Limit() int64 { return l.limit.Load() }
 
 // queueBounds are the queue's bounds derived from what the limiter
 // learnt: at most one limit's worth of requests waiting (a round of
-// service), each for at most four mean latencies, a second before any
-// latency is known.
+// service), each for at most ten mean latencies; never fewer than
+// minQueue waiting nor less than minQueueWait, so that the bursts of a
+// moderate load queue rather than shed (at half load a Poisson stream
+// seldom runs a dozen ahead of a server); a second before any latency is
+// known.
 func (l *limiter) queueBounds() (length int64, wait time.Duration) {
-	length = max(l.limit.Load(), 4)
+	length = max(l.limit.Load(), minQueue)
 	wait = time.Second
 	if m := l.mean.Load(); m > 0 {
-		wait = 4 * time.Duration(m)
+		wait = max(10*time.Duration(m), minQueueWait)
 	}
 	return length, wait
 }
+
+const (
+	minQueue     = 16
+	minQueueWait = 100 * time.Millisecond
+)
 
 // Caps of the learnt limit's own queue (when Config.Enforcement.Action is
 // not Queue, which would give its own): the bounds in force are
 // limiter.queueBounds, far below these.
 const (
 	limitQueueCap     = 1 << 14
-	limitQueueMaxWait = 10 * time.Second
+	limitQueueMaxWait = time.Second
 )
 
 // timedLease returns a lease for cost units already counted in flight,
@@ -310,7 +404,9 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		return shed.Lease{}, l.queueRejection(shed.ErrQueueFull, 0)
 	}
 	if protected {
-		wait *= 4
+		// A protected request is never shed for the time it waits, only
+		// for its own deadline, or the queue's cap.
+		wait = limitQueueMaxWait
 	}
 	deadline := l.clock.Now().Add(wait)
 	if !req.Deadline.IsZero() && req.Deadline.Before(deadline) {
