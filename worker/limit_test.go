@@ -59,8 +59,9 @@ func TestLearntLimitQueuesByPriority(t *testing.T) {
 	}
 }
 
-// Over the queue's bound (one limit's worth of waiters), a newcomer evicts
-// the lowest priority waiting, and one with nobody below it is refused.
+// Over the queue's bound (one limit's worth of waiters, at least
+// minQueue), a newcomer evicts the lowest priority waiting, and one with
+// nobody below it is refused.
 func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 4, Min: 1, Max: 4}})
@@ -71,20 +72,26 @@ func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	errs := make(chan error, 8)
+	errs := make(chan error, minQueue+1)
 	queue := func(p shed.Priority) {
 		go func() {
 			_, err := l.Acquire(ctx, shed.Request{Priority: p})
 			errs <- err
 		}()
 	}
-	for i := 0; i < 4; i++ {
+	for i := 0; i < minQueue; i++ {
 		queue(shed.TestMode)
 		n := i + 1
 		waitUntil(t, "the queue to fill", func() bool { return l.Queued() == n })
 	}
 	queue(shed.Default) // evicts a test-mode waiter
-	r := shedtest.Rejection(t, <-errs)
+	var r *shed.Rejection
+	select {
+	case err := <-errs:
+		r = shedtest.Rejection(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiter evicted for a default request at a full queue")
+	}
 	if r.Reason != "evicted by higher-priority request" {
 		t.Fatalf("at the bound, a default request arriving: %q, want a test-mode waiter evicted", r.Reason)
 	}
