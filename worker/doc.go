@@ -1,11 +1,97 @@
 // Package worker is loadshed's worker-utilization load shedder, the last
-// line of defence: when this process is too busy for the work it is given,
-// it sheds the least important requests first, test-mode traffic, then
-// sheddable, then default (critical only when Config.ShedCritical says
-// so), and when that brings it back into a good state it brings traffic
-// back, slowly. Layer implements shed.Layer (named "worker"), and also
-// shed.Headroom, the signal elastic limits of the other layers read, and
-// shed.GaugeReporter.
+// line of defence. For every kind of service, CPU-bound, waiting on a
+// database pool or a slow dependency, or both, the default needs no
+// settings:
+//
+//	layer, err := worker.New(worker.DefaultConfig())
+//	if err != nil { ... }
+//	defer layer.Close()
+//	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{..., layer}})
+//
+// It learns how much work the service can have in flight before work
+// queues inside it (for a CPU, a connection of a pool, a slow downstream),
+// admits that much, queues the rest in priority order and, when the queue
+// is over its bound, sheds the least important requests first: test-mode
+// traffic, then sheddable, then default (critical only when
+// Config.ShedCritical says so). Its CPU and scheduler latency signals shed
+// by priority too, before the queue, when the CPU is saturated. Layer
+// implements shed.Layer (named "worker"), and also shed.Headroom, the
+// signal elastic limits of the other layers read, and shed.GaugeReporter.
+//
+// # Which set-up
+//
+//   - DefaultConfig: the learnt limit (Config.Limit). Use it unless you know
+//     better; it follows the service as its capacity changes (a downstream
+//     slowing, a neighbour taking the CPU) and needs no capacity, worker
+//     count or latency target.
+//   - A fixed budget (Config.Workers): the most requests in flight, known
+//     and constant (the size of the one pool every handler waits on, say).
+//     It replaces the learnt limit; it does not follow capacity changes.
+//   - CPUBound: a budget of one per CPU while shedding, for handlers that
+//     burn CPU without blocking, with Yield. It sheds healthy I/O-bound
+//     services at moderate load (their CPU is idle while their requests
+//     wait), so use it only for services that are CPU-bound and stay so.
+//
+// # The learnt limit
+//
+// Little's law ties the three things the layer can measure: the requests
+// in flight (k), their latency from admission to release (R, not counting
+// the time they waited in the layer's queue) and the throughput (X = k/R).
+// Below the knee (fewer in flight than the CPUs, or the pool's
+// connections) latency is flat and throughput grows with k; past it
+// throughput stays and latency grows in proportion to k, since the extra
+// work only queues inside. On a CPU shared by every request latency grows
+// from the first request past the CPU count; on a pool it is flat until
+// the pool is full. The best limit is just past the knee.
+//
+// Every window (at least 100ms, two latencies and two dozen completions)
+// the limit moves toward g × limit + a tenth of it, where g = clamp(1.1 ×
+// baseline / R, 0.5, 1), as Netflix's Gradient2 and Envoy's adaptive
+// concurrency filter do: past the knee it settles at about 1.1 × knee plus
+// a tenth. It grows only while requests queue over it (a limit the traffic
+// did not reach says nothing), and not while the CPU or the scheduler is
+// saturated.
+//
+// Everything rests on the baseline, the no-queue latency, and the layer
+// keeps it current in three ways, since under sustained overload in flight
+// is never low and a plain minimum drifts with the standing queue, and
+// since a baseline left stale when the service gets slower reads the
+// slower service as queueing and shrinks the limit far below what the
+// service can take:
+//
+//   - it follows any lower window mean at once (a faster service);
+//   - when latency rises more than in flight does, no queue of ours grew
+//     that much: the service itself got slower, and the baseline scales
+//     with it in that window;
+//   - it probes, as Envoy re-measures its minimum latency and as Uber's
+//     Cinnamon watches how throughput moves with in flight: every dozen
+//     windows under load (sooner when latency reads twice the baseline),
+//     the limit drops to 0.8 of itself for two windows (one to drain, one
+//     to measure). If latency fell with in flight (the throughput held), work
+//     queues inside even there: the lower limit and its latency are kept,
+//     and the next probe comes soon, a little deeper. If latency held, the
+//     probe went below the knee: its latency is the baseline, the knee is
+//     above the probe's in flight (the limit stays above that while it
+//     fades), and the limit regrows fast.
+//
+// The simulation in limit_sim_test.go (a processor-shared CPU and a pool
+// of 8 connections, Poisson arrivals, three streams each) checks that the
+// limit settles near the knee at 2x, 5x and 10x load with goodput of 95%
+// of capacity or more, sheds nothing at half load, and is back within 2s
+// when the service slows to a third and when it recovers.
+//
+// Requests over the limit wait in a shed.WaitQueue, highest priority
+// first, newest first within a priority once the queue has stood for half
+// a second (adaptive LIFO: the oldest waiters are those likeliest to time
+// out). Its bounds come from what the limit learnt, not from settings: a
+// limit's worth of waiters (at least 16), each for at most ten mean
+// latencies (at least 100ms) or its own deadline. Over the length bound a
+// newcomer evicts the newest waiter of the lowest priority below its own,
+// or is refused if there is none. Critical requests are never refused
+// for the queue's bounds, only for their deadline or the queue's cap of
+// one second. The request path, while nobody waits and the limit has
+// room, is a compare-and-swap on the in-flight count and a clock read; a
+// release adds the latency to the window with two atomic adds.
 //
 // # Signals
 //
@@ -13,7 +99,10 @@
 // pressure, 0 idle and 1 saturated, smooths it (an exponential moving
 // average) and takes the highest:
 //
-//   - cpu: this process's CPU time (gopsutil) against its real budget: the
+//   - cpu: this process's CPU time (gopsutil) against its real budget (at
+//     1.25 times the budget with the learnt limit, so that it reads 0.8
+//     only once every CPU is busy: the limit already keeps admitted work
+//     from queueing for the CPU): the
 //     cgroup v2 quota (cpu.max, the tightest of its cgroup and the parents)
 //     where there is one, else GOMAXPROCS, never more than the host's CPUs
 //     (DetectBudget). A process with 2 CPUs of quota on a 64-core host reads
@@ -24,10 +113,16 @@
 //     CPU, which grows with the run queue as the CPU saturates.
 //   - queue_delay (with the Queue action): as in CoDel, the shortest wait
 //     in the layer's queue over the interval against Config.QueueDelayTarget;
-//     a queue that never drains below the target is a standing queue.
-//   - in_flight (with a worker budget): requests in flight against
-//     Config.Workers, reported and counted in the headroom; the budget
-//     itself enforces it, per request, so it does not move the level.
+//     a queue that never drains below the target is a standing queue. Only
+//     requests that queued for capacity count, never those the level sheds
+//     and that wait for it to fall: a signal fed by the shedding it causes
+//     holds the level up after the overload is gone. With the learnt limit
+//     the queue stands under any overload by design, and the signal is
+//     only reported.
+//   - in_flight (with a worker budget or the learnt limit): requests in
+//     flight against the budget or the limit, reported and counted in the
+//     headroom; the budget or limit itself enforces it, per request, so it
+//     does not move the level.
 //   - any Config.Signals the user adds.
 //
 // # The controller

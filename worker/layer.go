@@ -595,8 +595,18 @@ func (l *Layer) Queued() int {
 	return l.queue.Len()
 }
 
+// Limit returns the most request units the layer admits in flight now:
+// the learnt limit, or the worker budget (Config.Workers, or BusyWorkers
+// while the level sheds); 0 when neither bounds in flight.
+func (l *Layer) Limit() int64 {
+	if !l.counted {
+		return 0
+	}
+	return l.workerBudget(uint32(l.state.Load()))
+}
+
 // InFlight returns the request units in flight counted against the worker
-// budget (0 without one).
+// budget or the learnt limit (0 without either).
 func (l *Layer) InFlight() int64 { return l.inflight.Load() }
 
 // ReportGauges reports the layer's state: each signal's smoothed
