@@ -99,6 +99,28 @@ func (p *pool) advance(now, dt time.Duration, speed float64, done []*simReq) []*
 	return done
 }
 
+// mixed is a service that does both: each request burns CPU (shared, one
+// CPU), then calls a downstream through a pool.
+type mixed struct {
+	cpu  *psCPU
+	pool *pool
+	buf  []*simReq
+}
+
+func (m *mixed) knee() int { return m.pool.n }
+func (m *mixed) start(r *simReq, u float64) {
+	r.u = u
+	m.cpu.start(r, u)
+}
+func (m *mixed) advance(now, dt time.Duration, speed float64, done []*simReq) []*simReq {
+	// The downstream slows; the CPU keeps its speed.
+	m.buf = m.cpu.advance(now, dt, 1, m.buf[:0])
+	for _, r := range m.buf {
+		m.pool.start(r, r.u)
+	}
+	return m.pool.advance(now, dt, speed, done)
+}
+
 type simReq struct {
 	prio              int
 	arrived, admitted time.Duration
@@ -326,7 +348,7 @@ func between(from, to time.Duration, v float64) func(time.Duration) float64 {
 	}
 }
 
-// The two kinds of bottleneck, at the capacities of the scenarios:
+// The kinds of bottleneck, at the capacities of the scenarios:
 // one CPU running 2ms handlers (500/s), and a pool of 8 connections to a
 // downstream taking 60ms a call (133/s) with the CPU nearly idle.
 func cpuServer() (server, float64) { return &psCPU{c: 1, work: 2 * time.Millisecond}, 500 }
@@ -334,10 +356,17 @@ func poolServer() (server, float64) {
 	return &pool{n: 8, work: 60 * time.Millisecond}, 8 / 0.060
 }
 
+// mixedServer: 1ms of CPU (1000/s), then a call holding one of 8
+// connections for 30ms (267/s): the pool is the bottleneck, the CPU a
+// quarter busy at capacity.
+func mixedServer() (server, float64) {
+	return &mixed{cpu: &psCPU{c: 1, work: time.Millisecond}, pool: &pool{n: 8, work: 30 * time.Millisecond}}, 8 / 0.030
+}
+
 var simServers = []struct {
 	name string
 	make func() (server, float64)
-}{{"cpu", cpuServer}, {"pool", poolServer}}
+}{{"cpu", cpuServer}, {"pool", poolServer}, {"mixed", mixedServer}}
 
 func describe(s simStats, capacity float64, d time.Duration) string {
 	return fmt.Sprintf("critical %.2f%%, goodput %.1f%% of capacity, shed %.2f%%, critical p99 %v, p99 %v",
@@ -436,3 +465,62 @@ func TestSimLimitFollowsACapacityDropAndRecovery(t *testing.T) {
 		}
 	}
 }
+
+// The load steps from half the capacity to 5x and back: from 2s into the
+// flood goodput is at 90% of capacity or more (the test of being
+// back after a change; the steady 95% is TestSimLimitConvergesNearTheKnee's),
+// and from 2s after it nothing is shed, however the limit moved.
+func TestSimLimitStepsUpAndDown(t *testing.T) {
+	for _, sv := range simServers {
+		t.Run(sv.name, func(t *testing.T) {
+			srv, capacity := sv.make()
+			load := func(t time.Duration) float64 {
+				if t >= 5*time.Second && t < 15*time.Second {
+					return 5
+				}
+				return 0.5
+			}
+			r := simulate(t, simRun{srv: srv, capacity: capacity, load: load, speed: constant(1), length: 26 * time.Second, seed: 4})
+			flood := r.over(7*time.Second, 15*time.Second)
+			after := r.over(17*time.Second, 25*time.Second)
+			t.Logf("flood from 2s in: %s", describe(flood, capacity, 8*time.Second))
+			t.Logf("half load from 2s after: %s", describe(after, capacity, 8*time.Second))
+			if g := float64(flood.completed()) / (capacity * 8); g < 0.9 {
+				t.Errorf("goodput %.1f%% of capacity from 2s into the flood, want 90%%", 100*g)
+			}
+			if sh := after.shedShare(); sh > 0.001 {
+				t.Errorf("shed %.3f%% at half load from 2s after the flood, want at most 0.1%%", 100*sh)
+			}
+		})
+	}
+}
+
+// Under steady overload the limit holds still between probes: it does not
+// flap. Each window's step is small next to the limit, and the limit moves
+// by more than a quarter of itself only for a probe.
+func TestSimLimitDoesNotFlap(t *testing.T) {
+	for _, sv := range simServers {
+		t.Run(sv.name, func(t *testing.T) {
+			srv, capacity := sv.make()
+			var steps, big int
+			simTrace = func(event string, w windowStat, base, est float64) {
+				if event != "window" {
+					return
+				}
+				steps++
+				if prev := lastEst; prev > 0 && math.Abs(est-prev) > math.Max(1, 0.25*prev) {
+					big++
+				}
+				lastEst = est
+			}
+			defer func() { simTrace, lastEst = nil, 0 }()
+			simulate(t, simRun{srv: srv, capacity: capacity, load: constant(5), speed: constant(1), length: 20 * time.Second, seed: 5})
+			t.Logf("%d windows, %d steps of more than a quarter", steps, big)
+			if steps == 0 || float64(big) > 0.05*float64(steps) {
+				t.Errorf("%d of %d windows moved the limit by more than a quarter of itself: flapping", big, steps)
+			}
+		})
+	}
+}
+
+var lastEst float64
