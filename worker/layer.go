@@ -578,7 +578,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	// Only work that ran to its end says how long work takes: a dropped
 	// caller's or an unused lease's time says nothing about the service.
 	if l.lim != nil && !lease.Acquired.IsZero() && (o == shed.Completed || o == shed.Failed) {
-		now := l.clock.Now()
+		now := l.now()
 		l.lim.observe(now, now.Sub(lease.Acquired))
 	}
 	if l.queue != nil {
