@@ -99,3 +99,33 @@ func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
 		t.Fatalf("test-mode at a full queue with nothing below it: %v, want queue full", err)
 	}
 }
+
+// The headroom elastic limits read counts in flight against the learnt
+// limit: half of it in use, half the headroom; all of it, none.
+func TestLearntLimitHeadroom(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 4, Min: 4}})
+	ctx := context.Background()
+	var held []shed.Lease
+	take := func(n int) {
+		for i := 0; i < n; i++ {
+			ls, err := l.Acquire(ctx, shed.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, ls)
+		}
+		clock.Advance(DefaultInterval)
+	}
+	take(2)
+	if h := l.Headroom(); h < 0.45 || h > 0.55 {
+		t.Fatalf("2 of 4 in flight: headroom %v, want about 0.5", h)
+	}
+	take(2)
+	if h := l.Headroom(); h > 0.3 {
+		t.Fatalf("4 of 4 in flight: headroom %v, want near 0", h)
+	}
+	for i := range held {
+		held[i].Release(shed.Completed)
+	}
+}
