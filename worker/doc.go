@@ -199,5 +199,8 @@
 // (GOMAXPROCS=1, pinned to one CPU with taskset) offered several times its
 // capacity by an open-loop client on another CPU: with no protection, with
 // DefaultConfig() and with CPUBound(), and prints critical success, p99 loaded
-// against unloaded, and goodput (flags in overload_test.go).
+// against unloaded, and goodput (flags in overload_test.go). The
+// demonstration, go run ./examples/overload -scenario cpu,io,drop,noisy,
+// floods the example server in the four kinds of service the default is
+// meant for, each judged against a simulated floor.
 package worker
