@@ -439,9 +439,10 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged),
 			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, critRate < rep.capacity),
 		}
-		st.steady = summarise(steady(samples, changes, criticalFitsChanged), rep.measure)
+		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
+		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
 	} else {
-		st.steady = st.stats
+		st.steady, st.unchanged = st.stats, st.stats
 	}
 	return st, nil
 }

@@ -91,12 +91,12 @@ func TestSteadyLeavesOutTheChanges(t *testing.T) {
 	}
 	changes := []*change{{applied: 3 * time.Second}, {applied: 6 * time.Second}}
 	// Without 3-5s and 6-8s: 100 - 20 - 20.
-	if got := len(steady(samples, changes, true)); got != 60 {
-		t.Errorf("critical fits the reduced capacity: %d samples, want 60", got)
+	if got := len(steady(samples, changes, false)); got != 60 {
+		t.Errorf("the change left in: %d samples, want 60", got)
 	}
 	// Without 3-8s.
-	if got := len(steady(samples, changes, false)); got != 50 {
-		t.Errorf("critical does not fit: %d samples, want 50", got)
+	if got := len(steady(samples, changes, true)); got != 50 {
+		t.Errorf("the change left out: %d samples, want 50", got)
 	}
 	if got := len(steady(samples, nil, false)); got != 100 {
 		t.Errorf("no change: %d samples, want 100", got)
