@@ -130,7 +130,7 @@ func (r *report) printTables(w io.Writer) {
 		}
 	}
 	for _, setup := range r.opts.setups {
-		fmt.Fprintf(w, "\n%s\n", setupTitle(setup))
+		fmt.Fprintf(w, "\n%s\n", r.setupTitle(setup))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\t"
 		if fleet {
@@ -168,12 +168,12 @@ func (r *report) printTables(w io.Writer) {
 	}
 }
 
-func setupTitle(p api.Protection) string {
+func (r *report) setupTitle(p api.Protection) string {
 	switch p {
 	case api.Unprotected:
 		return "no protection"
 	case api.BlindLimit:
-		return "priority-blind global rate limit below capacity (-blind-headroom)"
+		return fmt.Sprintf("priority-blind global rate limit at %.0f%% of capacity", 100*r.opts.headroom)
 	case api.Loadshed:
 		return "loadshed's default set-up"
 	case api.LoadshedCPUBound:
