@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -243,6 +244,6 @@ func arrivalsOf(samples []sample) []arrival {
 	for i, s := range samples {
 		arr[i] = arrival{at: s.at, prio: s.prio}
 	}
-	slices.SortStableFunc(arr, func(a, b arrival) int { return int(a.at - b.at) })
+	slices.SortStableFunc(arr, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 	return arr
 }
