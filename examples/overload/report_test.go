@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,27 @@ func TestQuietBetweenReadings(t *testing.T) {
 	}
 	if q := quietBetween(a, b, false, 6*time.Second, 0, flood{}); q.foreign != 0 {
 		t.Errorf("unpinned: foreign %v, want 0 (unknown)", q.foreign)
+	}
+}
+
+func TestReadingProc(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	burnSome := time.Now().Add(30 * time.Millisecond)
+	for time.Now().Before(burnSome) {
+	}
+	if d, ok := processCPU(os.Getpid()); !ok || d <= 0 {
+		t.Errorf("this process's CPU time: %s, %v", d, ok)
+	}
+	if _, ok := processCPU(-1); ok {
+		t.Error("a process that does not exist: ok")
+	}
+	a := readCPUTimes(0, os.Getpid())
+	if !a.ok || a.allTotal <= 0 || a.processes <= 0 {
+		t.Errorf("%+v", a)
+	}
+	if loadAverage() == "" {
+		t.Error("no load average")
 	}
 }
