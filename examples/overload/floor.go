@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -27,7 +28,9 @@ import (
 // shortest tail while the priority's own load fits) or the newest first
 // (LIFO: the shortest waits for those served once it does not, the rest
 // timing out). A perfect scheduler would pick per priority whichever is
-// better, so the floor runs both and keeps, for each figure, the better.
+// better, so the floor runs three orders (all oldest first, all newest
+// first, critical oldest first and the rest newest first) and keeps, for
+// each figure, the best.
 
 // arrival is one offered request, as the floor sees it.
 type arrival struct {
@@ -63,7 +66,22 @@ type queueOrder int
 const (
 	oldestFirst queueOrder = iota
 	newestFirst
+	// criticalOldestFirst serves critical requests oldest first and the
+	// others newest first: the order for a load whose critical part fits
+	// and whose other parts do not.
+	criticalOldestFirst
 )
+
+// oldestFirstFor is whether the order serves priority index p oldest first.
+func (o queueOrder) oldestFirstFor(p int) bool {
+	switch o {
+	case oldestFirst:
+		return true
+	case criticalOldestFirst:
+		return p == shed.Critical.Index()
+	}
+	return false
+}
 
 // serviceAt is how long a request that starts at t takes.
 func (m floorModel) serviceAt(t time.Duration) time.Duration {
@@ -123,7 +141,7 @@ func (m floorModel) simulate(arr []arrival, order queueOrder) []time.Duration {
 		for p := shed.NumPriorities - 1; p >= 0 && picked < 0; p-- {
 			for head[p] < len(queues[p]) {
 				var i int
-				if order == oldestFirst {
+				if order.oldestFirstFor(p) {
 					i = queues[p][head[p]]
 					head[p]++
 				} else {
@@ -162,7 +180,7 @@ type floorFigures struct {
 	served, sent    int
 }
 
-// floor simulates both queue orders over arr and keeps the better of each
+// floor simulates the queue orders over arr and keeps the best of each
 // figure, counting only the arrivals at or after from (the warm-up before
 // it fills the queues, as it did in the run) over a measured length of
 // measure. It returns the oldest-first latencies too, by arrival, for the
@@ -170,7 +188,7 @@ type floorFigures struct {
 func (m floorModel) floor(arr []arrival, from, measure time.Duration) (floorFigures, []time.Duration) {
 	var best floorFigures
 	var fifo []time.Duration
-	for n, order := range []queueOrder{oldestFirst, newestFirst} {
+	for n, order := range []queueOrder{oldestFirst, newestFirst, criticalOldestFirst} {
 		lat := m.simulate(arr, order)
 		f := figuresOf(arr, lat, from, measure)
 		if n == 0 {
@@ -226,6 +244,6 @@ func arrivalsOf(samples []sample) []arrival {
 	for i, s := range samples {
 		arr[i] = arrival{at: s.at, prio: s.prio}
 	}
-	slices.SortStableFunc(arr, func(a, b arrival) int { return int(a.at - b.at) })
+	slices.SortStableFunc(arr, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 	return arr
 }

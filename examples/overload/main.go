@@ -306,7 +306,25 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	if rep.capacity < 10 || rep.capacityChanged < 2 {
 		return nil, fmt.Errorf("measured capacity is %.0f requests/s (%.0f/s with the change); is the machine that busy?", rep.capacity, rep.capacityChanged)
 	}
-	fmt.Fprintf(stdout, "capacity %.0f requests/s; unloaded latency p50 %s, p99 %s\n", rep.capacity, ms(rep.unloadedP50), ms(rep.unloadedP99))
+	measuredNote := ""
+	if sc.pool > 0 {
+		// A downstream pool's capacity is known exactly: its connections
+		// over a call's latency, the CPU playing no part. The closed loop,
+		// whose clients need the CPU to turn a request round, can only
+		// come in under it, and more so on a busy machine.
+		measuredNote = fmt.Sprintf(" (%d connections / %s; %.0f/s measured in a closed loop", sc.pool, sc.latency, rep.capacity)
+		if sc.change != nil {
+			measuredNote += fmt.Sprintf(", %.0f/s with the change", rep.capacityChanged)
+		}
+		measuredNote += ")"
+		rep.capacity = float64(sc.pool) / sc.latency.Seconds()
+		rep.capacityChanged = rep.capacity
+		if sc.change != nil && sc.change.factor > 0 {
+			rep.capacityChanged = rep.capacity / sc.change.factor
+		}
+		rep.calibration = quiet{} // the capacity does not depend on it
+	}
+	fmt.Fprintf(stdout, "capacity %.0f requests/s%s; unloaded latency p50 %s, p99 %s\n", rep.capacity, measuredNote, ms(rep.unloadedP50), ms(rep.unloadedP99))
 	if ok, why := rep.calibration.trusted(); !ok {
 		fmt.Fprintf(stdout, "the capacity was measured on a busy machine (%s): no figure of this run is to be trusted\n", why)
 	}
@@ -421,9 +439,10 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged),
 			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, critRate < rep.capacity),
 		}
-		st.steady = summarise(steady(samples, changes, criticalFitsChanged), rep.measure)
+		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
+		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
 	} else {
-		st.steady = st.stats
+		st.steady, st.unchanged = st.stats, st.stats
 	}
 	return st, nil
 }

@@ -108,9 +108,11 @@ func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at
 
 // steady is the samples a step's whole-step targets judge: in a scenario
 // with a capacity change, not those sent within recoverWithin of a change
-// (the recovery target judges those), and, when critical demand alone
-// does not fit the reduced capacity, none sent while it lasted.
-func steady(samples []sample, changes []*change, criticalFitsChanged bool) []sample {
+// (the recovery target judges those), and, with whole (for critical
+// success when critical demand alone does not fit the reduced capacity,
+// for the half-load target, whose load is not half while the change
+// lasts), none sent while it lasted.
+func steady(samples []sample, changes []*change, whole bool) []sample {
 	if len(changes) < 2 {
 		return samples
 	}
@@ -120,7 +122,7 @@ func steady(samples []sample, changes []*change, criticalFitsChanged bool) []sam
 		switch {
 		case s.at >= t1 && s.at < t1+recoverWithin:
 		case s.at >= t2 && s.at < t2+recoverWithin:
-		case !criticalFitsChanged && s.at >= t1 && s.at < t2:
+		case whole && s.at >= t1 && s.at < t2:
 		default:
 			out = append(out, s)
 		}

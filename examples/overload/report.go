@@ -45,6 +45,9 @@ type step struct {
 	// steady is stats without the seconds after a capacity change (the
 	// recovery targets judge those); stats itself without a change.
 	steady [shed.NumPriorities + 1]stepStats
+	// unchanged is stats without the change and the seconds after it
+	// (stats itself without a change).
+	unchanged [shed.NumPriorities + 1]stepStats
 	// capacity is what the service could answer, per second, on average
 	// over the step (less than the run's with a capacity change).
 	capacity float64
@@ -127,7 +130,7 @@ func (r *report) printTables(w io.Writer) {
 		}
 	}
 	for _, setup := range r.opts.setups {
-		fmt.Fprintf(w, "\n%s\n", setupTitle(setup))
+		fmt.Fprintf(w, "\n%s\n", r.setupTitle(setup))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\t"
 		if fleet {
@@ -165,12 +168,12 @@ func (r *report) printTables(w io.Writer) {
 	}
 }
 
-func setupTitle(p api.Protection) string {
+func (r *report) setupTitle(p api.Protection) string {
 	switch p {
 	case api.Unprotected:
 		return "no protection"
 	case api.BlindLimit:
-		return "priority-blind global rate limit below capacity (-blind-headroom)"
+		return fmt.Sprintf("priority-blind global rate limit at %.0f%% of capacity", 100*r.opts.headroom)
 	case api.Loadshed:
 		return "loadshed's default set-up"
 	case api.LoadshedCPUBound:
@@ -233,15 +236,15 @@ func (r *report) targets() []verdict {
 			out = append(out, verdict{mult: s.mult, name: name, ok: ok, unsure: !ok && !trusted, got: got})
 		}
 		crit, all := s.steady[shed.Critical.Index()], s.stats[shed.NumPriorities]
-		steadyAll := s.steady[shed.NumPriorities]
 		if s.mult <= 0.5 {
-			notServed := steadyAll.sent - steadyAll.counts[resOK]
+			half := s.unchanged[shed.NumPriorities]
+			notServed := half.sent - half.counts[resOK]
 			share := 0.0
-			if steadyAll.sent > 0 {
-				share = float64(notServed) / float64(steadyAll.sent)
+			if half.sent > 0 {
+				share = float64(notServed) / float64(half.sent)
 			}
 			add(fmt.Sprintf("not served ≤ %.1f%%", 100*targetHalfLoadRefused), share <= targetHalfLoadRefused,
-				fmt.Sprintf("%d of %d (%.2f%%)", notServed, steadyAll.sent, 100*share))
+				fmt.Sprintf("%d of %d (%.2f%%)", notServed, half.sent, 100*share))
 		}
 		if slices.Contains(targetSteps, s.mult) {
 			if s.mult*mix[shed.Critical] < 1 {
@@ -488,5 +491,5 @@ func (r *report) save(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "overload.json"), append(j, '\n'), 0o644); err != nil {
 		return err
 	}
-	return r.chart(dir, strings.TrimSpace(r.machine()))
+	return r.chart(dir, "scenario "+r.sc.name+"; "+strings.TrimSpace(r.machine()))
 }

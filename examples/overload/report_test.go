@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -91,12 +92,12 @@ func TestSteadyLeavesOutTheChanges(t *testing.T) {
 	}
 	changes := []*change{{applied: 3 * time.Second}, {applied: 6 * time.Second}}
 	// Without 3-5s and 6-8s: 100 - 20 - 20.
-	if got := len(steady(samples, changes, true)); got != 60 {
-		t.Errorf("critical fits the reduced capacity: %d samples, want 60", got)
+	if got := len(steady(samples, changes, false)); got != 60 {
+		t.Errorf("the change left in: %d samples, want 60", got)
 	}
 	// Without 3-8s.
-	if got := len(steady(samples, changes, false)); got != 50 {
-		t.Errorf("critical does not fit: %d samples, want 50", got)
+	if got := len(steady(samples, changes, true)); got != 50 {
+		t.Errorf("the change left out: %d samples, want 50", got)
 	}
 	if got := len(steady(samples, nil, false)); got != 100 {
 		t.Errorf("no change: %d samples, want 100", got)
@@ -138,5 +139,27 @@ func TestQuietBetweenReadings(t *testing.T) {
 	}
 	if q := quietBetween(a, b, false, 6*time.Second, 0, flood{}); q.foreign != 0 {
 		t.Errorf("unpinned: foreign %v, want 0 (unknown)", q.foreign)
+	}
+}
+
+func TestReadingProc(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	burnSome := time.Now().Add(30 * time.Millisecond)
+	for time.Now().Before(burnSome) {
+	}
+	if d, ok := processCPU(os.Getpid()); !ok || d <= 0 {
+		t.Errorf("this process's CPU time: %s, %v", d, ok)
+	}
+	if _, ok := processCPU(-1); ok {
+		t.Error("a process that does not exist: ok")
+	}
+	a := readCPUTimes(0, os.Getpid())
+	if !a.ok || a.allTotal <= 0 || a.processes <= 0 {
+		t.Errorf("%+v", a)
+	}
+	if loadAverage() == "" {
+		t.Error("no load average")
 	}
 }

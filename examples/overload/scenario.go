@@ -32,6 +32,9 @@ type scenario struct {
 // less capacity.
 type capacityChange struct {
 	about string
+	// factor, when known, is how many times slower the service runs while
+	// the change lasts (0: measured in the calibration).
+	factor float64
 	// start takes the capacity away from the servers at bases; the
 	// function it returns gives it back and says how much CPU time the
 	// change itself used on the server's CPU (a neighbour's).
@@ -69,7 +72,7 @@ func newScenario(name string, o options) (scenario, error) {
 	case scenarioDrop:
 		return scenario{name: name, pool: o.pool, latency: o.latency,
 			about:  fmt.Sprintf("capacity drop: as io (%d connections, %s a call), the downstream at a third of its speed mid-flood, then recovered", o.pool, o.latency),
-			change: &capacityChange{about: fmt.Sprintf("downstream %d× slower", dropFactor), start: slowDownstream}}, nil
+			change: &capacityChange{about: fmt.Sprintf("downstream %d× slower", dropFactor), factor: dropFactor, start: slowDownstream}}, nil
 	case scenarioNoisy:
 		return scenario{name: name, work: o.work,
 			about:  fmt.Sprintf("noisy neighbour: as cpu (%s a request), another process burns the server's CPU mid-flood", o.work),
