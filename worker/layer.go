@@ -34,12 +34,18 @@ type Layer struct {
 	// (a budget or a learnt limit).
 	lim     *limiter
 	counted bool
-	yield   bool
-	protect int // priorities with this Index or above are never refused
-	queue   *shed.WaitQueue
-	ep      shed.Episode
-	budget  Budget
-	grants  sync.Pool // *grant
+	// critical is, with the learnt limit, the queue of the protected
+	// priorities over it: first in, first out, served before queue, so
+	// that the newest-first order queue takes under sustained overload
+	// (adaptive LIFO, short waits for the lower priorities it serves)
+	// never lengthens the tail of critical requests.
+	critical *shed.WaitQueue
+	yield    bool
+	protect  int // priorities with this Index or above are never refused
+	queue    *shed.WaitQueue
+	ep       shed.Episode
+	budget   Budget
+	grants   sync.Pool // *grant
 
 	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
@@ -168,6 +174,9 @@ func New(cfg Config) (*Layer, error) {
 			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
 		}
 		l.queue = q
+		if l.lim != nil {
+			l.critical, _ = shed.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
+		}
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
 		// With a learnt limit the queue stands under any overload, by
@@ -254,9 +263,7 @@ func (l *Layer) tick() {
 		l.lim.capped.Store(pressure >= l.ctrl.shedAt)
 	}
 	l.publish(level, utilization, readings)
-	if l.queue != nil {
-		l.queue.Notify() // the level may have fallen
-	}
+	l.notify() // the level may have fallen
 	l.mu.Lock()
 	if !l.closed {
 		l.timer = l.clock.AfterFunc(l.interval, l.tick)
@@ -378,7 +385,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	if l.lim != nil {
 		// Within the learnt limit, with nobody queued ahead: admitted.
 		cost := req.Units()
-		if l.queue.Len() == 0 && l.takeWithin(cost, l.lim.Limit()) {
+		if l.queue.Len() == 0 && l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit()) {
 			return l.timedLease(cost), nil
 		}
 		return l.overLimit(ctx, req, cost)
@@ -410,7 +417,8 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 // the priority is protected).
 func (l *Layer) take(cost int64, p shed.Priority) bool {
 	if l.lim != nil {
-		return l.takeWithin(cost, l.lim.Limit())
+		// Critical requests waiting go first.
+		return l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit())
 	}
 	if p.Index() >= l.protect {
 		l.inflight.Add(cost)
@@ -575,11 +583,20 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	}
 	l.inflight.Add(-lease.Cost)
 	l.grants.Put(g)
+	defer l.notify()
 	// Only work that ran to its end says how long work takes: a dropped
 	// caller's or an unused lease's time says nothing about the service.
 	if l.lim != nil && !lease.Acquired.IsZero() && (o == shed.Completed || o == shed.Failed) {
 		now := l.now()
 		l.lim.observe(now, now.Sub(lease.Acquired))
+	}
+}
+
+// notify says capacity may have freed: the critical queue first, then the
+// rest. On empty queues it costs an atomic load each.
+func (l *Layer) notify() {
+	if l.critical != nil {
+		l.critical.Notify()
 	}
 	if l.queue != nil {
 		l.queue.Notify()
@@ -589,10 +606,14 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 // Queued returns how many requests wait in the layer's queue (0 without the
 // Queue action).
 func (l *Layer) Queued() int {
-	if l.queue == nil {
-		return 0
+	n := 0
+	if l.queue != nil {
+		n += l.queue.Len()
 	}
-	return l.queue.Len()
+	if l.critical != nil {
+		n += l.critical.Len()
+	}
+	return n
 }
 
 // Limit returns the most request units the layer admits in flight now:
@@ -629,6 +650,6 @@ func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
 		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
 	}
 	if l.queue != nil {
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.queue.Len())})
+		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.Queued())})
 	}
 }

@@ -227,8 +227,8 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	}
 	l.setEstimate(est)
 	// The probe's reference: in flight and latency averaged over the
-	// windows since the last probe, steadier than one window's.
-	if l.steady.latency == 0 || l.sinceProbe == 0 {
+	// windows since the last probe ended, steadier than one window's.
+	if l.steady.latency == 0 {
 		l.steady = windowStat{inflight: inflight, latency: latency}
 	} else {
 		l.steady.inflight += steadyWeight * (inflight - l.steady.inflight)
@@ -296,7 +296,7 @@ func (l *limiter) measureProbe(inflight, latency float64) {
 			if l.trace != nil {
 				l.trace("probe", windowStat{inflight: inflight, latency: latency}, l.base, l.saved)
 			}
-			l.phase = probeNone
+			l.phase, l.steady = probeNone, windowStat{}
 			l.setEstimate(l.saved)
 			return
 		}
@@ -305,7 +305,7 @@ func (l *limiter) measureProbe(inflight, latency float64) {
 	if l.trace != nil {
 		l.trace("probe", windowStat{inflight: inflight, latency: latency}, l.base, l.saved)
 	}
-	l.phase = probeNone
+	l.phase, l.steady = probeNone, windowStat{}
 	l.setEstimate(l.saved)
 }
 
@@ -414,26 +414,32 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		return l.dryRun(cost), nil
 	}
 	p := req.Priority
-	protected := p.Index() >= l.protect
-	length, wait := l.lim.queueBounds()
-	if int64(l.queue.Len()) >= length && !l.queue.Evict(p) && !protected {
-		return shed.Lease{}, l.queueRejection(shed.ErrQueueFull, 0)
+	q, length, wait := l.queue, int64(0), time.Duration(0)
+	take := func() bool {
+		return !sheds(uint32(l.state.Load()), p) && l.take(cost, p)
 	}
-	if protected {
-		// A protected request is never shed for the time it waits, only
-		// for its own deadline, or the queue's cap.
-		wait = limitQueueMaxWait
+	if p.Index() >= l.protect {
+		// A protected request is never shed for the queue's bounds, only
+		// for its own deadline or the queue's cap, and waits first in,
+		// first out in a queue of its own, served first.
+		q, wait = l.critical, limitQueueMaxWait
+		take = func() bool { return l.takeWithin(cost, l.lim.Limit()) }
+	} else {
+		length, wait = l.lim.queueBounds()
+		if int64(q.Len()) >= length && !q.Evict(p) {
+			return shed.Lease{}, l.queueRejection(shed.ErrQueueFull, 0)
+		}
 	}
 	deadline := l.clock.Now().Add(wait)
 	if !req.Deadline.IsZero() && req.Deadline.Before(deadline) {
 		deadline = req.Deadline
 	}
-	take := func() bool {
-		return !sheds(uint32(l.state.Load()), p) && l.takeWithin(cost, l.lim.Limit())
+	giveBack := func() {
+		l.inflight.Add(-cost)
+		l.notify() // the other queue may take it
 	}
-	giveBack := func() { l.inflight.Add(-cost) }
 	l.capacityWaiters.Add(1)
-	waited, err := l.queue.Wait(ctx, p, deadline, take, giveBack)
+	waited, err := q.Wait(ctx, p, deadline, take, giveBack)
 	l.capacityWaiters.Add(-1)
 	l.recordWait(waited)
 	if err != nil {

@@ -187,8 +187,9 @@ func (s *simStats) p99All() time.Duration {
 // simResult holds a run's stats per slice of simSlice, by the slice in
 // which requests arrived, and the limit at the end of each slice.
 type simResult struct {
-	slices []simStats
-	limits []int64
+	slices   []simStats
+	limits   []int64
+	arrivals []simReq // every arrival, in order, for the floor
 }
 
 const simSlice = 250 * time.Millisecond
@@ -265,13 +266,14 @@ func simulate(t testing.TB, run simRun) *simResult {
 			}
 			queue[p] = kept
 		}
-		// Freed capacity goes to the waiters, highest priority first;
-		// newest first once the queue has stood for half its cap on waits
-		// (the layer's queue is adaptive LIFO).
-		lifo := queued > 0 && now-busySince > limitQueueMaxWait/2
+		// Freed capacity goes to the waiters, highest priority first:
+		// critical first in, first out (its own queue in the layer), the
+		// others newest first once their queue has stood for half its
+		// cap on waits (adaptive LIFO).
+		lifo := lower(&queue) > 0 && now-busySince > limitQueueMaxWait/2
 		for p := shed.NumPriorities - 1; p >= 0; p-- {
 			for len(queue[p]) > 0 && inflight < lim.Limit() {
-				if lifo {
+				if lifo && p < shed.Critical.Index() {
 					admit(queue[p][len(queue[p])-1], now)
 					queue[p] = queue[p][:len(queue[p])-1]
 				} else {
@@ -289,6 +291,7 @@ func simulate(t testing.TB, run simRun) *simResult {
 				x -= mix[r.prio]
 			}
 			stats(r).offered[r.prio]++
+			res.arrivals = append(res.arrivals, *r)
 			next += time.Duration(rng.ExpFloat64() / (run.load(now) * run.capacity) * float64(time.Second))
 			if queued == 0 && inflight < lim.Limit() {
 				admit(r, now)
@@ -296,7 +299,7 @@ func simulate(t testing.TB, run simRun) *simResult {
 			}
 			lim.bound.Store(true)
 			length, wait := lim.queueBounds()
-			if int64(queued) >= length {
+			if r.prio < shed.Critical.Index() && int64(lower(&queue)) >= length {
 				victim := -1
 				for p := 0; p < r.prio; p++ {
 					if len(queue[p]) > 0 {
@@ -304,22 +307,20 @@ func simulate(t testing.TB, run simRun) *simResult {
 						break
 					}
 				}
-				switch {
-				case victim >= 0:
-					v := queue[victim][len(queue[victim])-1]
-					queue[victim] = queue[victim][:len(queue[victim])-1]
-					queued--
-					stats(v).shed[v.prio]++
-				case r.prio < shed.Critical.Index():
+				if victim < 0 {
 					stats(r).shed[r.prio]++
 					continue
 				}
+				v := queue[victim][len(queue[victim])-1]
+				queue[victim] = queue[victim][:len(queue[victim])-1]
+				queued--
+				stats(v).shed[v.prio]++
 			}
 			if r.prio >= shed.Critical.Index() {
 				wait = limitQueueMaxWait
 			}
 			r.deadline = now + wait
-			if queued == 0 {
+			if r.prio < shed.Critical.Index() && lower(&queue) == 0 {
 				busySince = now
 			}
 			queue[r.prio] = append(queue[r.prio], r)
@@ -335,6 +336,15 @@ func simulate(t testing.TB, run simRun) *simResult {
 // simSeeds are the arrival streams each simulated scenario runs on: the
 // controller must hold on every one, not on one lucky draw.
 var simSeeds = []uint64{1, 2, 3}
+
+// lower counts the waiters below critical.
+func lower(q *[shed.NumPriorities][]*simReq) int {
+	n := 0
+	for p := 0; p < shed.Critical.Index(); p++ {
+		n += len(q[p])
+	}
+	return n
+}
 
 func constant(v float64) func(time.Duration) float64 { return func(time.Duration) float64 { return v } }
 
@@ -363,10 +373,18 @@ func mixedServer() (server, float64) {
 	return &mixed{cpu: &psCPU{c: 1, work: time.Millisecond}, pool: &pool{n: 8, work: 30 * time.Millisecond}}, 8 / 0.030
 }
 
+// simServers are the kinds of service simulated, each with its floor: the
+// servers and mean work of a perfect scheduler of the same capacity.
 var simServers = []struct {
-	name string
-	make func() (server, float64)
-}{{"cpu", cpuServer}, {"pool", poolServer}, {"mixed", mixedServer}}
+	name         string
+	make         func() (server, float64)
+	floorServers int
+	floorWork    time.Duration
+}{
+	{"cpu", cpuServer, 1, 2 * time.Millisecond},
+	{"pool", poolServer, 8, 60 * time.Millisecond},
+	{"mixed", mixedServer, 8, 31 * time.Millisecond},
+}
 
 func describe(s simStats, capacity float64, d time.Duration) string {
 	return fmt.Sprintf("critical %.2f%%, goodput %.1f%% of capacity, shed %.2f%%, critical p99 %v, p99 %v",
@@ -411,7 +429,16 @@ func TestSimLimitConvergesNearTheKnee(t *testing.T) {
 					r := simulate(t, simRun{srv: srv, capacity: capacity, load: constant(load), speed: constant(1), length: 21 * time.Second, seed: seed})
 					s := r.over(5*time.Second, 20*time.Second)
 					lo, hi := r.limitsOver(5*time.Second, 20*time.Second)
-					t.Logf("%gx: limit in [%d, %d] (knee %d); %s", load, lo, hi, knee, describe(s, capacity, 15*time.Second))
+					// The floor: the better of oldest and newest first, per figure.
+					fc, fa := floorOf(r, sv.floorServers, sv.floorWork, constant(1), 5*time.Second, 20*time.Second, false)
+					lc, la := floorOf(r, sv.floorServers, sv.floorWork, constant(1), 5*time.Second, 20*time.Second, true)
+					fc, fa = min(fc, lc), min(fa, la)
+					cp, ap := p99(s.latency[shed.Critical.Index()]), s.p99All()
+					t.Logf("%gx: limit in [%d, %d] (knee %d); %s; against the floor: critical p99 %.2fx, all %.2fx",
+						load, lo, hi, knee, describe(s, capacity, 15*time.Second), float64(cp)/float64(fc), float64(ap)/float64(fa))
+					if fits(load) && float64(cp) > 1.5*float64(fc) {
+						t.Errorf("critical p99 %v, %.2fx the floor's %v, want at most 1.5x", cp, float64(cp)/float64(fc), fc)
+					}
 					// Probes take it down to minProbeDepth of itself for two
 					// windows.
 					if float64(lo) < math.Floor(minProbeDepth*float64(knee)) || float64(hi) > 2*float64(knee)+math.Sqrt(float64(knee))+4 {
@@ -524,3 +551,61 @@ func TestSimLimitDoesNotFlap(t *testing.T) {
 }
 
 var lastEst float64
+
+// floorOf is what a perfect strict-priority scheduler with no overhead
+// would have made of a run's arrivals: servers identical servers (the CPU,
+// or the pool's connections), each taking a request's own work at the
+// speed in force when it starts, highest priority first and oldest first
+// within one, a request that would start after the client's timeout
+// (limitQueueMaxWait, a second) dropped at no cost. It returns the p99
+// latency of critical requests and of all those served, for those that
+// arrived in [from, to).
+func floorOf(r *simResult, servers int, work time.Duration, speed func(time.Duration) float64, from, to time.Duration, lifo bool) (critical, all time.Duration) {
+	free := make([]time.Duration, servers)
+	var queue [shed.NumPriorities][]simReq
+	var crit, every []time.Duration
+	start := func(q simReq, at time.Duration) time.Duration {
+		done := at + time.Duration(float64(work)*q.u/speed(at))
+		if q.arrived >= from && q.arrived < to {
+			every = append(every, done-q.arrived)
+			if q.prio == shed.Critical.Index() {
+				crit = append(crit, done-q.arrived)
+			}
+		}
+		return done
+	}
+	// serve hands every server that comes free by t the best waiter.
+	serve := func(t time.Duration) {
+		for {
+			i := slices.Index(free, slices.Min(free))
+			if free[i] > t {
+				return
+			}
+			served := false
+			for p := shed.NumPriorities - 1; p >= 0 && !served; p-- {
+				for len(queue[p]) > 0 {
+					var q simReq
+					if lifo {
+						q, queue[p] = queue[p][len(queue[p])-1], queue[p][:len(queue[p])-1]
+					} else {
+						q, queue[p] = queue[p][0], queue[p][1:]
+					}
+					if at := max(free[i], q.arrived); at-q.arrived <= limitQueueMaxWait {
+						free[i] = start(q, at)
+						served = true
+						break
+					}
+				}
+			}
+			if !served {
+				free[i] = t + 1 // idle until the next arrival
+			}
+		}
+	}
+	for _, a := range r.arrivals {
+		serve(a.arrived)
+		queue[a.prio] = append(queue[a.prio], a)
+	}
+	serve(math.MaxInt64 - 1)
+	return p99(crit), p99(every)
+}
