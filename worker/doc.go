@@ -80,18 +80,28 @@
 // of capacity or more, sheds nothing at half load, and is back within 2s
 // when the service slows to a third and when it recovers.
 //
-// Requests over the limit wait in a shed.WaitQueue, highest priority
-// first, newest first within a priority once the queue has stood for half
-// a second (adaptive LIFO: the oldest waiters are those likeliest to time
-// out). Its bounds come from what the limit learnt, not from settings: a
-// limit's worth of waiters (at least 16), each for at most ten mean
-// latencies (at least 100ms) or its own deadline. Over the length bound a
-// newcomer evicts the newest waiter of the lowest priority below its own,
-// or is refused if there is none. Critical requests are never refused
-// for the queue's bounds, only for their deadline or the queue's cap of
-// one second. The request path, while nobody waits and the limit has
-// room, is a compare-and-swap on the in-flight count and a clock read; a
-// release adds the latency to the window with two atomic adds.
+// Requests over the limit wait in shed.WaitQueues, highest priority first.
+// Critical requests have a queue of their own, first in first out and
+// served before the other, so that their tail stays that of a strict
+// priority scheduler; they are never refused for the queue's bounds, only
+// for their own deadline or the queue's cap of one second. The other
+// priorities wait newest first once their queue has stood for half a
+// second (adaptive LIFO: under sustained overload the oldest waiters are
+// those likeliest to time out, and serving the newest keeps the latency of
+// what is served low). That queue's bounds come from what the limit
+// learnt, not from settings: a limit's worth of waiters (at least 16, so
+// that the bursts of a moderate load queue rather than shed), each for at
+// most ten mean latencies (at least 100ms) or its own deadline. Over the
+// length bound a newcomer evicts the newest waiter of the lowest priority
+// below its own, or is refused if there is none. In the simulation, with
+// the floor (a perfect strict-priority scheduler with no overhead, the
+// better of first-in-first-out and newest-first, on the same arrivals),
+// critical p99 is 1.04-1.32 times the floor's at 2x and 5x, and the p99
+// of everything served 1.07-2.3 times.
+//
+// The request path, while nobody waits and the limit has room, is a
+// compare-and-swap on the in-flight count and a reading of the monotonic
+// clock; a release adds the latency to the window with two atomic adds.
 //
 // # Signals
 //
