@@ -238,7 +238,7 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		l.trace("window", l.prev, l.base, l.est)
 	}
 	l.sinceProbe++
-	if g <= 0.75 {
+	if g <= 0.6 {
 		// Latency twice the baseline or more: a flood met at a limit far
 		// too high, or a service that got slower and a baseline gone
 		// stale. Only a probe tells them apart; do not wait for it.
@@ -281,7 +281,10 @@ func (l *limiter) measureProbe(inflight, latency float64) {
 			// And the knee is above the probe's in flight, since
 			// throughput fell with it: the limit stays above that while
 			// the baseline is re-learnt, and finds the knee again fast.
-			l.base, l.slowStart = latency, true
+			// Fast only if the baseline was stale: at the knee, the
+			// limit is where it should be already.
+			l.slowStart = l.slowStart || latency > l.tolerance*l.base
+			l.base = latency
 			l.kneeAbove = math.Max(l.kneeAbove, inflight)
 		case slope >= queueSlope:
 			// Latency fell with in flight: it queues inside even at the
@@ -318,10 +321,10 @@ const (
 	// probeEvery is how many windows pass between probes, while the limit
 	// binds; probeDepth is the share of the limit a probe admits.
 	probeEvery = 12
-	probeDepth = 0.8
+	probeDepth = 0.85
 	// minProbeDepth bounds how deep probes go in a row while throughput
 	// holds at each.
-	minProbeDepth = 0.7
+	minProbeDepth = 0.75
 	// probeSoon is how many windows the next probe comes after one that
 	// found the baseline too high.
 	probeSoon = 2
@@ -357,7 +360,7 @@ func (l *limiter) queueBounds() (length int64, wait time.Duration) {
 	length = max(l.limit.Load(), minQueue)
 	wait = time.Second
 	if m := l.mean.Load(); m > 0 {
-		wait = max(10*time.Duration(m), minQueueWait)
+		wait = max(5*time.Duration(m), minQueueWait)
 	}
 	return length, wait
 }
