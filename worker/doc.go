@@ -65,8 +65,8 @@
 //     with it in that window;
 //   - it probes, as Envoy re-measures its minimum latency and as Uber's
 //     Cinnamon watches how throughput moves with in flight: every dozen
-//     windows under load (sooner when latency reads twice the baseline),
-//     the limit drops to 0.8 of itself for two windows (one to drain, one
+//     windows under load (sooner when latency reads 1.8 times the baseline),
+//     the limit drops to 0.85 of itself for two windows (one to drain, one
 //     to measure). If latency fell with in flight (the throughput held), work
 //     queues inside even there: the lower limit and its latency are kept,
 //     and the next probe comes soon, a little deeper. If latency held, the
@@ -91,13 +91,13 @@
 // what is served low). That queue's bounds come from what the limit
 // learnt, not from settings: a limit's worth of waiters (at least 16, so
 // that the bursts of a moderate load queue rather than shed), each for at
-// most ten mean latencies (at least 100ms) or its own deadline. Over the
+// most five mean latencies (at least 100ms) or its own deadline. Over the
 // length bound a newcomer evicts the newest waiter of the lowest priority
 // below its own, or is refused if there is none. In the simulation, with
 // the floor (a perfect strict-priority scheduler with no overhead, the
 // better of first-in-first-out and newest-first, on the same arrivals),
-// critical p99 is 1.04-1.32 times the floor's at 2x and 5x, and the p99
-// of everything served 1.07-2.3 times.
+// critical p99 is 1.09-1.37 times the floor's at 2x and 5x, and the p99
+// of everything served 1.16-1.53 times.
 //
 // The request path, while nobody waits and the limit has room, is a
 // compare-and-swap on the in-flight count and a reading of the monotonic

@@ -239,7 +239,7 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	}
 	l.sinceProbe++
 	if g <= 0.6 {
-		// Latency twice the baseline or more: a flood met at a limit far
+		// Latency 1.8 times the baseline or more: a flood met at a limit far
 		// too high, or a service that got slower and a baseline gone
 		// stale. Only a probe tells them apart; do not wait for it.
 		l.sinceProbe = max(l.sinceProbe, probeEvery-1)
@@ -351,7 +351,7 @@ func (l *limiter) Limit() int64 { return l.limit.Load() }
 
 // queueBounds are the queue's bounds derived from what the limiter
 // learnt: at most one limit's worth of requests waiting (a round of
-// service), each for at most ten mean latencies; never fewer than
+// service), each for at most five mean latencies; never fewer than
 // minQueue waiting nor less than minQueueWait, so that the bursts of a
 // moderate load queue rather than shed (at half load a Poisson stream
 // seldom runs a dozen ahead of a server); a second before any latency is
