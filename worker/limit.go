@@ -69,17 +69,17 @@ const minLimitSamples = 24
 // at tolerance × knee + allowance. Below it latency is flat and the limit grows,
 // only while it binds (requests queued over it in the window).
 //
-// The baseline is the no-queue latency. It follows any lower window mean at
-// once. It cannot be re-measured by waiting for a quiet moment (under
-// sustained overload in-flight is never low), nor by a min that only falls:
-// when the service itself gets slower (a downstream at a third of its
-// speed, a neighbour taking the CPU) a stale baseline reads the slower
-// service as queueing and shrinks the limit below what it can do. So the
-// limiter tests its own steps, as Cinnamon's covariance of in-flight and
-// throughput does: when the mean in-flight count fell by a fifth or more
-// against a recent window while latency fell by less than 8%, the latency
-// is not queueing (queueing would have drained with the in-flight count):
-// the service is slower, and the baseline is that latency.
+// The baseline is the no-queue latency. It cannot be re-measured by
+// waiting for a quiet moment (under sustained overload in flight is never
+// low), nor kept as a minimum that only falls: when the service itself
+// gets slower (a downstream at a third of its speed, a neighbour taking
+// the CPU) a stale baseline reads the slower service as queueing and
+// shrinks the limit below what the service can take. So it follows any
+// lower window mean at once; it scales up at once when latency rises more
+// than in flight does (no queue of ours grew that much: the service got
+// slower); and the limiter probes, as Envoy re-measures its minimum
+// latency and as Cinnamon watches how throughput moves with in flight (see
+// measureProbe).
 type limiter struct {
 	// The request path's side.
 	limit  atomic.Int64 // the learnt limit, in units
@@ -95,11 +95,9 @@ type limiter struct {
 	est       float64    // the limit, unrounded
 	base      float64    // the baseline (no-queue) latency, ns; 0 until learnt
 	slowStart bool       // grow by half the limit a window, until the knee is met
-	// The probe: every probeEvery windows the limit drops to probeDepth of
-	// itself for two windows (one to drain, one to measure), and the slope
-	// of latency against in flight between the second and the window
-	// before (ref) says whether the baseline is current; the limit then
-	// goes back to saved.
+	// The probe (see measureProbe): its phase, the windows since the last,
+	// the reference it is measured against, the limit it returns to, and
+	// how deep the next goes.
 	phase      int
 	sinceProbe int
 	ref        windowStat
@@ -187,12 +185,12 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	case prev.latency > 0 && latency > slowerBy*prev.latency*math.Max(1, inflight/prev.inflight):
 		// Latency rose more than in flight did: no queue of ours grew
 		// that much (a queue inside grows only with in flight, latency
-		// at most in proportion), so the service
-		// itself got slower (a downstream slowing, a neighbour taking
-		// the CPU). Scale the baseline with it now, rather than read the
-		// slower service as queueing and shrink the limit below what it
-		// can take until a probe re-learns it. Nor did the knee move
-		// down: hold the limit near the in flight it had.
+		// at most in proportion), so the service itself got slower (a
+		// downstream slowing, a neighbour taking the CPU). Scale the
+		// baseline with it now, rather than read the slower service as
+		// queueing and shrink the limit below what it can take until a
+		// probe re-learns it. Nor did the knee move down: hold the limit
+		// near the in flight it had.
 		l.base *= latency / prev.latency / math.Max(1, inflight/prev.inflight)
 		l.kneeAbove = math.Max(l.kneeAbove, 0.9*math.Max(inflight, prev.inflight))
 	}
@@ -247,10 +245,9 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	if bound && l.sinceProbe >= probeEvery {
 		l.phase, l.ref, l.saved = probeDrain, l.steady, l.est
 		l.sinceProbe = 0
-		// Rounded down: a probe that rounds back to the limit measures
-		// nothing.
-		// Not below the knee a probe found (it fades): below it
-		// throughput falls, and that was measured already.
+		// Rounded down, since a probe that rounds back to the limit
+		// measures nothing; and not below the knee a probe found (it
+		// fades): below it throughput falls, which was measured already.
 		l.est = math.Max(math.Max(l.min, l.kneeAbove), math.Min(l.depth*l.est, l.est-1))
 		l.limit.Store(max(int64(l.est), int64(l.min)))
 	}
@@ -269,20 +266,23 @@ func (l *limiter) setEstimate(est float64) {
 	l.limit.Store(int64(math.Round(l.est)))
 }
 
-// measureProbe ends a probe: the window at probeDepth of the limit against
-// the one before it. mu is held.
+// measureProbe ends a probe: every probeEvery windows under load (sooner
+// when latency reads far above the baseline) the limit drops to depth of
+// itself for two windows, one to drain and one to measure, and the slope
+// of latency against in flight between that window and the windows
+// before the probe (ref) says which side of the knee the probe was on.
+// mu is held.
 func (l *limiter) measureProbe(inflight, latency float64) {
 	if dk := math.Log(l.ref.inflight / inflight); dk >= math.Log(minProbeSpan) {
 		switch slope := math.Log(l.ref.latency/latency) / dk; {
 		case slope <= flatSlope:
 			// Latency did not fall with in flight: no queue inside at
 			// the probe's level, so its latency is the no-queue one,
-			// whatever it was before (a service that got slower).
-			// And the knee is above the probe's in flight, since
-			// throughput fell with it: the limit stays above that while
-			// the baseline is re-learnt, and finds the knee again fast.
-			// Fast only if the baseline was stale: at the knee, the
-			// limit is where it should be already.
+			// whatever it was before (a service that got slower). And
+			// the knee is above the probe's in flight, since throughput
+			// fell with it: the limit stays above that while it fades.
+			// The limit regrows fast only if the baseline was stale; at
+			// the knee it is where it should be already.
 			l.slowStart = l.slowStart || latency > l.tolerance*l.base
 			l.base = latency
 			l.kneeAbove = math.Max(l.kneeAbove, inflight)
