@@ -245,7 +245,7 @@ func (c Config) withDefaults() Config {
 	}
 	cpus := CPUWorkers()
 	if c.Limit.Min == 0 {
-		c.Limit.Min = cpus
+		c.Limit.Min = 2 * cpus
 	}
 	if c.Limit.Max == 0 {
 		c.Limit.Max = max(DefaultLimitMax, c.Limit.Min)

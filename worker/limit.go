@@ -38,9 +38,12 @@ type LimitConfig struct {
 	// window (a tenth of a second) until latency says it met the knee, so
 	// starting low costs little; starting far above the knee costs probes.
 	Initial int64
-	// Min is the lowest the limit goes (default: one per CPU of the budget,
-	// CPUWorkers). A service that is CPU-bound needs that many in flight to
-	// keep its CPUs busy.
+	// Min is the lowest the limit goes (default: two per CPU of the
+	// budget, CPUWorkers). A service that is CPU-bound needs one per CPU in
+	// flight to keep its CPUs busy, and in a Go server a second one, so
+	// that a CPU never waits, after a release, for the next admitted
+	// request's goroutine to be scheduled behind the goroutines reading
+	// the flood.
 	Min int64
 	// Max is the highest the limit goes (default DefaultLimitMax).
 	Max int64
