@@ -28,7 +28,7 @@ func TestLearntLimitQueuesByPriority(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 2)
-	for _, p := range []shed.Priority{shed.Sheddable, shed.Critical} {
+	for i, p := range []shed.Priority{shed.Sheddable, shed.Critical} {
 		go func() {
 			ls, err := l.Acquire(ctx, shed.Request{Priority: p})
 			if err == nil {
@@ -36,8 +36,7 @@ func TestLearntLimitQueuesByPriority(t *testing.T) {
 			}
 			got <- result{p, err}
 		}()
-		n := l.Queued() + 1
-		waitUntil(t, "the request to queue", func() bool { return l.Queued() == n })
+		waitUntil(t, "the request to queue", func() bool { return l.Queued() == i+1 })
 	}
 	var limit float64
 	l.ReportGauges(func(g shed.Gauge) {
