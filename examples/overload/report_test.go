@@ -74,14 +74,23 @@ func TestRecoveryAfterAChange(t *testing.T) {
 	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
 		t.Errorf("critical not judged: back after %s, want 1s", r.back)
 	}
-	// Still off target in the last window: never back.
+	// A dip of one window later on does not undo the recovery; off target
+	// every other window to the end, it is never back.
 	for i := range samples {
-		if samples[i].at >= 5500*time.Millisecond {
+		if samples[i].at >= 4500*time.Millisecond && samples[i].at < 5*time.Second {
+			samples[i].res = resTimeout
+		}
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("a dip at 4.5s: back after %s, want 1s", r.back)
+	}
+	for i := range samples {
+		if samples[i].at >= 3*time.Second && (samples[i].at/window)%2 == 0 {
 			samples[i].res = resTimeout
 		}
 	}
 	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back >= 0 {
-		t.Errorf("off target at the end: back after %s, want never", r.back)
+		t.Errorf("off target every other window: back after %s, want never", r.back)
 	}
 }
 
