@@ -14,6 +14,10 @@
 //     golang.org/x/sync/semaphore. platinummonkey/go-concurrency-limits is
 //     not on the module proxy and is not compared.
 //
+// The rate limit service is compared with envoyproxy/ratelimit, the
+// service it replaces, by bench/rls-compare.sh and cmd/rlscompare: the
+// same requests to both, answers compared one by one, then the same load.
+//
 // The tests check that every adapter enforces the same limit the same way
 // (each admits exactly N of N+k requests); the benchmarks measure. Run them
 // all with scripts/bench.sh; docs/benchmarks.md holds the results.

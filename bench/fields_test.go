@@ -117,8 +117,8 @@ func TestRateLimitFieldsParse(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Clock: clk, Rules: []ratelimit.Rule{
-				{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: store}}})
+			rate, err := ratelimit.New(ratelimit.Config{Clock: clk, Rules: []ratelimit.Rule{
+				{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: store}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 
 // newFleet returns a fleet layer on the bench's Redis, under a prefix of
 // its own, closed when the benchmark or test ends.
-func newFleet(tb testing.TB, cfg fleet.Config) (*fleet.Shedder, *RoundTrips) {
+func newFleet(tb testing.TB, cfg fleet.Config) (*fleet.Layer, *RoundTrips) {
 	tb.Helper()
 	c, rt := redisClient(tb)
 	cfg.Client = c
@@ -94,7 +94,7 @@ func BenchmarkFleetDecision(b *testing.B) {
 // and the decisions per second.
 func fleetTrips(tb testing.TB, instances, workers int, interval, d time.Duration) (tripsPerSec, decisionsPerSec float64) {
 	prefix := uniquePrefix(tb)
-	var ss []*fleet.Shedder
+	var ss []*fleet.Layer
 	var rts []*RoundTrips
 	for i := 0; i < instances; i++ {
 		s, rt := newFleet(tb, fleet.Config{Capacity: 1 << 40, Prefix: prefix, Instance: "i" + strconv.Itoa(i), Interval: interval})

@@ -64,7 +64,7 @@ func (d *DiscardWriter) Reset() { d.status = 0 }
 // NewShedHandler holds, in the chain's order.
 type ShedStack struct {
 	// RateLimit, when not nil, is a per-key rate limit (rule "per-key",
-	// ratelimit.ByKey) over an in-memory token bucket.
+	// ratelimit.ByClient) over an in-memory token bucket.
 	RateLimit *ratelimit.Limit
 	// Concurrency, when not nil, is a local in-flight limiter.
 	Concurrency *concurrency.Config
@@ -87,8 +87,8 @@ func NewShedHandler(s ShedStack, next http.Handler) (http.Handler, func(), error
 			return nil, nil, err
 		}
 		closers = append(closers, func() { _ = m.Close() })
-		l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: m},
+		l, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: m},
 		}})
 		if err != nil {
 			stop()

@@ -46,8 +46,8 @@ func BenchmarkRouterHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: store}}})
+	rate, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: store}}})
 	if err != nil {
 		b.Fatal(err)
 	}

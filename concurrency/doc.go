@@ -31,15 +31,15 @@
 // hard never goes above a limit; soft goes above it up to
 // Enforcement.Ceiling for at most OverageFor per episode and marks the lease
 // Over, where a request over both the per-key and the overall limit needs
-// both limits' episodes to allow it (see shed.Episode for when an episode
+// both limits' episodes to allow it (see layerkit.Episode for when an episode
 // begins: not again under sustained overload); elastic does the same while
 // Enforcement.Headroom has room, with no time limit; dry run admits
-// everything and marks what it would have rejected DryRun. The local Layer
-// does not count a dry-run admission over a limit in flight (a rejection
-// would not have been), so it goes on deciding as if it enforced; the
-// RedisLayer still counts it, and still holds a request to the episode of
-// one limit only. With the Queue action a request over the overall limit
-// waits in a shed.WaitQueue (highest priority first, bounded by the
+// everything and marks what it would have rejected DryRun. Neither the
+// local Layer nor the RedisLayer counts a dry-run admission over a limit
+// in flight (a rejection would not have been; the RedisLayer's lease holds
+// nothing in Redis), so each goes on deciding as if it enforced. With the
+// Queue action a request over the overall limit
+// waits in a layerkit.WaitQueue (highest priority first, bounded by the
 // queue and the request's deadline) and each release wakes it; a request
 // over a per-key limit is rejected at once, since one queue serves one pool
 // of capacity and a waiter stuck on its own key would hold up every other.
@@ -52,7 +52,7 @@
 // so a refused request never disturbs the count. Per-key counters live in a
 // map split into 64 shards by a hash of the key: a lookup takes its shard's
 // read lock, a miss its write lock once. The lease points at its key's
-// counter through a pooled per-grant guard (shed.GuardPool), so a release
+// counter through a pooled per-grant guard (layerkit.GuardPool), so a release
 // needs no lookup, and releasing a copy of a released lease changes nothing.
 //
 // Counters of keys with nothing in flight are removed when a shard grows

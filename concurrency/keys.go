@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // dead marks a slot the sweeper has removed from its shard. It is far below
@@ -18,8 +18,8 @@ const dead = -1 << 62
 type slot struct {
 	n     atomic.Int64
 	owner *Layer
-	ep    shed.Episode // the key's soft-mode overage episode
-	_     [32]byte     // keep hot counters of different keys off one cache line
+	ep    layerkit.Episode // the key's soft-mode overage episode
+	_     [32]byte         // keep hot counters of different keys off one cache line
 }
 
 const (

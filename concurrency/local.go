@@ -8,6 +8,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Layer limits requests in flight in this process: overall, per key, or
@@ -24,15 +25,15 @@ type Layer struct {
 	retryAfter time.Duration
 	keys       *keyMap // nil without a per-key limit
 	adaptive   *adaptive
-	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
+	queue      *layerkit.WaitQueue // nil unless Enforcement.Action is Queue
 
 	// guards makes each grant count once, whichever copy of its lease is
 	// released; a guard holds the grant's per-key slot (nil without one).
-	guards shed.GuardPool[*slot]
+	guards layerkit.GuardPool[*slot]
 
 	limit    cacheline.Int64 // the overall limit; moves when adaptive
 	inflight cacheline.Int64 // units in flight overall, when hasAll
-	ep       shed.Episode
+	ep       layerkit.Episode
 }
 
 var (
@@ -82,7 +83,7 @@ func New(cfg Config) (*Layer, error) {
 		if qc.Clock == nil {
 			qc.Clock = l.clock
 		}
-		q, err := shed.NewWaitQueue(qc)
+		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("concurrency: Config.Enforcement.Queue: %w", err)
 		}
@@ -138,11 +139,11 @@ func (l *Layer) Queued() int {
 
 // ReportGauges reports the units in flight, the overall limit (0 without
 // one; it moves when adaptive) and the requests queued, for metrics
-// adapters (shed.GaugeReporter).
-func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.InFlight())})
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.Limit())})
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.Queued())})
+// adapters (layerkit.GaugeReporter).
+func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeInFlight, Value: float64(l.InFlight())})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeLimit, Value: float64(l.Limit())})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 }
 
 // Keys returns how many per-key counters are held, idle ones not yet swept
@@ -242,24 +243,24 @@ func add(c *atomic.Int64, cost, max int64) (int64, bool) {
 // attempt decides without waiting when the request is over a limit (t says
 // which): a lease admitted over the limit or in dry run, or the verdict
 // (Wait or Deny).
-func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, shed.Verdict, taken) {
+func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lease, layerkit.Verdict, taken) {
 	var now time.Time
 	if l.enf.Mode != shed.Hard || l.enf.DryRun {
 		now = l.clock.Now() // Decide reads it only for the soft and elastic allowances
 	}
-	v := shed.Deny
+	v := layerkit.Deny
 	if l.enf.Mode == shed.Hard {
-		v = l.enf.DecideOver(now, false)
+		v = layerkit.DecideOver(&l.enf, now, false)
 	} else {
 		// Take again within the ceilings. The overage stands only if every
 		// limit the request goes over allows it, each by its own episode.
 		t2 := l.take(l.key(req), cost, l.enf.Ceiling(l.perKey), l.enf.Ceiling(limit))
-		var eps [2]*shed.Episode
+		var eps [2]*layerkit.Episode
 		n, over := l.overLimits(&eps, t2, cost, limit, now)
 		if t2.ok && !over { // capacity freed in between
-			return l.lease(&t2, cost, limit, now), shed.Admit, t2
+			return l.lease(&t2, cost, limit, now), layerkit.Admit, t2
 		}
-		if v = l.enf.DecideOver(now, t2.ok, eps[:n]...); v == shed.AdmitOver {
+		if v = layerkit.DecideOver(&l.enf, now, t2.ok, eps[:n]...); v == layerkit.AdmitOver {
 			ls := l.lease(&t2, cost, limit, now)
 			ls.Over = true
 			return ls, v, t2
@@ -269,7 +270,7 @@ func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lea
 			t = t2
 		}
 	}
-	if v == shed.AdmitDryRun {
+	if v == layerkit.AdmitDryRun {
 		// Admitted without taking anything, as a rejection would not have:
 		// the limiter goes on deciding as if it enforced. Its release is a
 		// no-op (no Ref).
@@ -287,7 +288,7 @@ func (l *Layer) attempt(req *shed.Request, cost, limit int64, t taken) (shed.Lea
 // goes over any. A limit already exceeded before this request (overage
 // still in flight) is held at now: its episode goes on rather than a new
 // one beginning.
-func (l *Layer) overLimits(eps *[2]*shed.Episode, t taken, cost, limit int64, now time.Time) (n int, over bool) {
+func (l *Layer) overLimits(eps *[2]*layerkit.Episode, t taken, cost, limit int64, now time.Time) (n int, over bool) {
 	soft := l.enf.Mode == shed.Soft
 	if t.s != nil && (t.over == keyLimit || t.keyAfter > l.perKey) {
 		over = true
@@ -325,9 +326,9 @@ func (l *Layer) lease(t *taken, cost, limit int64, now time.Time) shed.Lease {
 	ls.Cost = cost
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil && l.showKeyQuota(t, limit) {
-		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+		ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 	}
 	if l.adaptive != nil {
 		if now.IsZero() {
@@ -357,12 +358,12 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 	l.guards.Issue(&ls, t.s)
 	if t.s != nil {
 		if l.showKeyQuota(&t, limit) {
-			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+			ls.Quota = shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 		} else {
-			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+			ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 		}
 	} else {
-		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+		ls.Quota = shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 	}
 	if l.adaptive != nil {
 		ls.Acquired = l.clock.Now()
@@ -374,32 +375,42 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, e
 func (l *Layer) over(ctx context.Context, req shed.Request, cost, limit int64, t taken) (shed.Lease, error) {
 	ls, v, t := l.attempt(&req, cost, limit, t)
 	switch v {
-	case shed.Admit, shed.AdmitOver, shed.AdmitDryRun:
+	case layerkit.Admit, layerkit.AdmitOver, layerkit.AdmitDryRun:
 		return ls, nil
-	case shed.Wait:
+	case layerkit.Wait:
 		return l.wait(ctx, req, cost, t)
 	}
 	return shed.Lease{}, l.rejection(req, t)
 }
 
 func (l *Layer) rejection(req shed.Request, t taken) *shed.Rejection {
-	q := l.refused(t)
-	if t.over == keyLimit {
-		if l.keyBy == KeyByClient {
-			return shed.Throttled("too many requests in flight for this client", l.retryAfter, q)
-		}
-		return shed.Shed("too many requests in flight for this route", l.retryAfter, q)
+	return refusal(l.name, l.keyBy, t.over == keyLimit, l.retryAfter, l.refused(t))
+}
+
+// refusal is the rejection of a request over the limit q of the layer
+// called name, local or on Redis: a 429 over a client's own limit, a 503
+// over a route's or the overall one.
+func refusal(name string, keyBy KeyBy, overKey bool, retryAfter time.Duration, q shed.Quota) *shed.Rejection {
+	var rj *shed.Rejection
+	switch {
+	case overKey && keyBy == KeyByClient:
+		rj = shed.Throttled("too many requests in flight for this client", retryAfter, q)
+	case overKey:
+		rj = shed.Shed("too many requests in flight for this route", retryAfter, q)
+	default:
+		rj = shed.Shed("too many requests in flight", retryAfter, q)
 	}
-	return shed.Shed("too many requests in flight", l.retryAfter, q)
+	rj.Layer = name
+	return rj
 }
 
 // refused is the quota of the limit that refused t.
 func (l *Layer) refused(t taken) shed.Quota {
 	if t.over == keyLimit {
-		return shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute}
+		return shed.Quota{Policy: l.keyPolicy, Limit: l.perKey, Remaining: max(0, l.perKey-t.keyAfter), Service: l.keyBy == KeyByRoute, DryRun: l.enf.DryRun}
 	}
 	limit := l.limit.Load()
-	return shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true}
+	return shed.Quota{Policy: PolicyOverall, Limit: limit, Remaining: max(0, limit-t.allAfter), Service: true, DryRun: l.enf.DryRun}
 }
 
 // Release gives back the units lease holds and, with an adaptive limit,

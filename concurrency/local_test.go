@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -477,13 +479,13 @@ func TestLocalReportsGauges(t *testing.T) {
 	}
 	defer ls.Release(shed.Completed)
 	got := map[string]float64{}
-	l.ReportGauges(func(g shed.Gauge) {
+	l.ReportGauges(func(g layerkit.Gauge) {
 		if g.Layer != "in-flight" {
 			t.Errorf("gauge %s from layer %q", g.Name, g.Layer)
 		}
 		got[g.Name] = g.Value
 	})
-	want := map[string]float64{shed.GaugeInFlight: 1, shed.GaugeLimit: 3, shed.GaugeQueued: 0}
+	want := map[string]float64{layerkit.GaugeInFlight: 1, layerkit.GaugeLimit: 3, layerkit.GaugeQueued: 0}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // RedisLayer limits requests in flight across a fleet: each admitted
@@ -58,7 +59,7 @@ type RedisLayer struct {
 	// ProbeInterval; the layers on one client share it.
 	gate        *redisx.Gate
 	releaseGate func()
-	epAll       shed.Episode
+	epAll       layerkit.Episode
 
 	mu      sync.Mutex
 	held    map[*redisLease]struct{} // leases to renew
@@ -263,13 +264,13 @@ func (r *RedisLayer) Close() error {
 // the local share), the fleet-wide overall limit (0 without one), whether it
 // is falling back, and the instances the outage share divides by. It reads
 // no Redis.
-func (r *RedisLayer) ReportGauges(emit func(shed.Gauge)) {
+func (r *RedisLayer) ReportGauges(emit func(layerkit.Gauge)) {
 	fallback := 0.0
 	if r.Fallback() {
 		fallback = 1
 	}
-	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInFlight, Value: float64(r.InFlight())})
-	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeLimit, Value: float64(r.limit)})
-	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeFallback, Value: fallback})
-	emit(shed.Gauge{Layer: r.name, Name: shed.GaugeInstances, Value: float64(r.Instances())})
+	emit(layerkit.Gauge{Layer: r.name, Name: layerkit.GaugeInFlight, Value: float64(r.InFlight())})
+	emit(layerkit.Gauge{Layer: r.name, Name: layerkit.GaugeLimit, Value: float64(r.limit)})
+	emit(layerkit.Gauge{Layer: r.name, Name: layerkit.GaugeFallback, Value: fallback})
+	emit(layerkit.Gauge{Layer: r.name, Name: layerkit.GaugeInstances, Value: float64(r.Instances())})
 }

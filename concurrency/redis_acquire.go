@@ -8,6 +8,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // redisLease is what a lease held in Redis points at (Lease.Ref).
@@ -72,7 +73,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	}
 	if res[0] == 1 {
 		// Admissions within the limit leave the soft episodes alone (see
-		// shed.Episode), so that soft mode stays bounded in time under
+		// layerkit.Episode), so that soft mode stays bounded in time under
 		// sustained overload.
 		return r.lease(e, res), nil
 	}
@@ -82,13 +83,13 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	n := res[2]
 	limit, ep := r.limitOf(req, over)
 	now := r.clock.Now()
-	v := r.enf.Decide(now, false, n <= r.enf.Ceiling(limit)-cost, ep)
-	if v == shed.AdmitDryRun {
+	v := layerkit.Decide(&r.enf, now, false, n <= r.enf.Ceiling(limit)-cost, ep)
+	if v == layerkit.AdmitDryRun {
 		// A dry-run admission over the limit takes no slot, as a rejection
 		// would not: the lease holds nothing in Redis.
 		return r.dryRunLease(cost), nil
 	}
-	if v == shed.AdmitOver {
+	if v == layerkit.AdmitOver {
 		for i := range bounds {
 			bounds[i] = r.enf.Ceiling(bounds[i])
 		}
@@ -102,7 +103,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 			// the overage as well (an episode that ended holds its limit
 			// hard whichever limit was found first).
 			if other, count, otherEp := r.alsoOver(req, keys, res, over); other != none &&
-				r.enf.DecideOver(now, true, ep, otherEp) != shed.AdmitOver {
+				layerkit.DecideOver(&r.enf, now, true, ep, otherEp) != layerkit.AdmitOver {
 				r.forget(e) // the script added the lease: queue its removal
 				return shed.Lease{}, r.rejection(req, other, count)
 			}
@@ -128,15 +129,11 @@ func (r *RedisLayer) neverFits(cost int64) which {
 }
 
 func (r *RedisLayer) rejection(req shed.Request, over which, n int64) *shed.Rejection {
-	if over == keyLimit {
-		q := shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
-		if r.keyBy == KeyByClient {
-			return shed.Throttled("too many requests in flight for this client", r.retryAfter, q)
-		}
-		return shed.Shed("too many requests in flight for this route", r.retryAfter, q)
-	}
 	q := shed.Quota{Policy: PolicyOverall, Limit: r.limit, Remaining: max(0, r.limit-n), Service: true}
-	return shed.Shed("too many requests in flight", r.retryAfter, q)
+	if over == keyLimit {
+		q = shed.Quota{Policy: r.keyPolicy, Limit: r.perKey, Remaining: max(0, r.perKey-n), Service: r.keyBy == KeyByRoute}
+	}
+	return refusal(r.name, r.keyBy, over == keyLimit, r.retryAfter, q)
 }
 
 // run runs the acquire script within the timeout. Redis answering at all
@@ -196,6 +193,7 @@ func (r *RedisLayer) lease(e *redisLease, counts []int64) shed.Lease {
 			ls.Quota = q
 		}
 	}
+	ls.Quota.DryRun = r.enf.DryRun
 	return ls
 }
 
@@ -209,7 +207,7 @@ func (r *RedisLayer) dryRunLease(cost int64) shed.Lease {
 // alsoOver reports the limit other than first that an admission over first
 // went over too (counts as the acquire script returns them after adding),
 // with its count and its soft episode; none when there is no such limit.
-func (r *RedisLayer) alsoOver(req shed.Request, keys []string, counts []int64, first which) (which, int64, *shed.Episode) {
+func (r *RedisLayer) alsoOver(req shed.Request, keys []string, counts []int64, first which) (which, int64, *layerkit.Episode) {
 	for i := range keys {
 		if i+1 >= len(counts) {
 			break
@@ -226,7 +224,7 @@ func (r *RedisLayer) alsoOver(req shed.Request, keys []string, counts []int64, f
 }
 
 // limitOf returns the bound of limit w and its soft episode for req.
-func (r *RedisLayer) limitOf(req shed.Request, w which) (int64, *shed.Episode) {
+func (r *RedisLayer) limitOf(req shed.Request, w which) (int64, *layerkit.Episode) {
 	if w == keyLimit {
 		return r.perKey, r.keyEpisode(req)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // localShare is the local limiter of this instance's share of the limits
@@ -117,7 +118,7 @@ func (r *RedisLayer) releaseLocal(lease *shed.Lease, o shed.Outcome) {
 // keyEpisode returns the soft-mode overage episode of req's key. It lives in
 // the local share's slot for the key, so soft episodes are tracked per
 // instance; nil without a per-key limit or outside soft mode.
-func (r *RedisLayer) keyEpisode(req shed.Request) *shed.Episode {
+func (r *RedisLayer) keyEpisode(req shed.Request) *layerkit.Episode {
 	if r.enf.Mode != shed.Soft {
 		return nil
 	}

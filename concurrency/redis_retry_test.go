@@ -6,6 +6,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // go-redis re-sends a script whose reply was lost (a connection cut after
@@ -89,13 +90,13 @@ func TestRedisReportGauges(t *testing.T) {
 	}
 	defer ls.Release(shed.Completed)
 	got := map[string]float64{}
-	r.ReportGauges(func(g shed.Gauge) {
+	r.ReportGauges(func(g layerkit.Gauge) {
 		if g.Layer != "cc" {
 			t.Errorf("gauge %s from layer %q", g.Name, g.Layer)
 		}
 		got[g.Name] = g.Value
 	})
-	want := map[string]float64{shed.GaugeInFlight: 1, shed.GaugeLimit: 7, shed.GaugeFallback: 0, shed.GaugeInstances: 3}
+	want := map[string]float64{layerkit.GaugeInFlight: 1, layerkit.GaugeLimit: 7, layerkit.GaugeFallback: 0, layerkit.GaugeInstances: 3}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)

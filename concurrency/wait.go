@@ -5,11 +5,13 @@ import (
 	"errors"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // wait queues a request refused by the overall limit until capacity frees
 // (Enforcement.Action Queue). A request over its per-key limit is rejected
-// at once instead: one shed.WaitQueue serves one pool of capacity, and a
+// at once instead: one layerkit.WaitQueue serves one pool of capacity, and a
 // waiter blocked on its own key would hold up every other key behind it.
 func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken) (shed.Lease, error) {
 	if t.over == keyLimit || l.queue == nil {
@@ -26,11 +28,11 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken)
 	giveBack := func() { l.untake(got, cost) }
 	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+		err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
 		if errors.As(err, &r) {
 			limit := l.limit.Load()
-			r.RetryAfter = l.retryAfter
+			r.Layer, r.RetryAfter = l.name, l.retryAfter
 			r.Policies = []shed.Quota{{Policy: PolicyOverall, Limit: limit, Remaining: 0, Service: true}}
 		}
 		return shed.Lease{}, err

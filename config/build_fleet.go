@@ -58,5 +58,5 @@ func (b *builder) fleet(f *Fleet) ([]shed.Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []shed.Layer{v.(*fleet.Shedder)}, nil
+	return []shed.Layer{v.(*fleet.Layer)}, nil
 }

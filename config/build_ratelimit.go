@@ -61,7 +61,7 @@ func (b *builder) rateLimit(r *RateLimit) ([]shed.Layer, error) {
 }
 
 func (b *builder) rateLimitLayer(name string, rules []ratelimit.Rule, enf shed.Enforcement, maxKeys int) (shed.Layer, error) {
-	l, err := ratelimit.NewLayer(ratelimit.LayerConfig{Name: name, Rules: rules, Enforcement: enf, Clock: b.opts.Clock, MaxKeys: maxKeys})
+	l, err := ratelimit.New(ratelimit.Config{Name: name, Rules: rules, Enforcement: enf, Clock: b.opts.Clock, MaxKeys: maxKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ func parse(name string, data []byte, opts Options) (*File, positions, error) {
 	if err := pos.place(name, errs).err(); err != nil {
 		return nil, pos, err
 	}
+	pos.place(name, f.warnings)
 	return f, pos, nil
 }
 

@@ -2,6 +2,18 @@
 // or JSON), checks it, builds its chain and HTTP middleware, and replaces
 // them while the service runs when the file changes.
 //
+//	live, err := config.Open("loadshed.yaml", config.Options{})
+//	if err != nil {
+//		log.Fatal(err) // every error of the file, each with its line and column
+//	}
+//	defer live.Close()
+//	go live.Watch(ctx) // reload when the file changes, and on SIGHUP
+//	http.ListenAndServe(addr, live.Middleware()(mux))
+//
+// Load builds a file once, without reloading (Built.Chain,
+// Built.Middleware); Parse only reads and checks it. `loadshed check FILE`
+// (cmd/loadshed) checks a file from the shell.
+//
 // # The file
 //
 // A file lists the chain's layers in order, each a section: ratelimit

@@ -45,10 +45,10 @@ func (u Unit) Period() time.Duration {
 // Store says where a layer keeps its counts.
 type Store uint8
 
-// The stores. The zero value is Memory.
+// The stores. The zero value is MemoryStore.
 const (
-	// Memory keeps counts in this process.
-	Memory Store = iota
+	// MemoryStore keeps counts in this process.
+	MemoryStore Store = iota
 	// RedisStore shares counts through the redis section's server.
 	RedisStore
 )
@@ -56,7 +56,7 @@ const (
 // String returns "memory" or "redis".
 func (s Store) String() string {
 	switch s {
-	case Memory:
+	case MemoryStore:
 		return "memory"
 	case RedisStore:
 		return "redis"
@@ -125,7 +125,7 @@ var enums = map[reflect.Type]*enum{
 	reflect.TypeFor[ratelimit.Algorithm]():     enumOf(ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.FixedWindow, ratelimit.SlidingLog, ratelimit.SlidingWindow),
 	reflect.TypeFor[concurrency.KeyBy]():       enumOf(concurrency.KeyByClient, concurrency.KeyByRoute),
 	reflect.TypeFor[Unit]():                    enumOf(Second, Minute, Hour, Day),
-	reflect.TypeFor[Store]():                   enumOf(Memory, RedisStore),
+	reflect.TypeFor[Store]():                   enumOf(MemoryStore, RedisStore),
 	reflect.TypeFor[KeySource]():               enumOf(ClientIP, Header, Bearer),
 }
 

@@ -4,17 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/loadshed/loadshed/shed"
 )
@@ -303,49 +297,16 @@ const WatchDelay = 100 * time.Millisecond
 // and counted, as by Reload. It returns ctx's error, or why it could not
 // watch.
 func (l *Live) Watch(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("config: watching %s: %w", l.path, err)
-	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(l.path)); err != nil {
-		return fmt.Errorf("config: watching %s: %w", l.path, err)
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	var timer <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-hup:
-			l.Reload()
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("config: the file watcher stopped")
-			}
-			// The first change of a burst arms the timer; later ones ride
-			// on it, so that a file written without pause still reloads.
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 && timer == nil {
-				timer = time.After(WatchDelay)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("config: the file watcher stopped")
-			}
-			l.opts.logger().Error("config: watching the file", "path", l.path, "err", err)
-		case <-timer:
-			timer = nil
-			data, err := readFile(l.path)
-			if err != nil {
-				if errors.Is(err, os.ErrNotExist) {
-					continue // being replaced; its Create follows
-				}
+	return WatchPath(ctx, l.path, func() {
+		data, err := readFile(l.path)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) { // being replaced: its Create follows
 				l.failed(err)
-				continue
 			}
-			l.reload(data, false)
+			return
 		}
-	}
+		l.reload(data, false)
+	}, func() { l.Reload() }, func(err error) {
+		l.opts.logger().Error("config: watching the file", "path", l.path, "err", err)
+	})
 }

@@ -24,7 +24,14 @@ type File struct {
 	Layers []Layer `yaml:"layers"`
 
 	unparsed bool // the file did not parse: nothing to check
+	warnings Errors
 }
+
+// Warnings returns the settings of the file that are valid but almost
+// certainly not what was meant (a per_key above the limit, which never
+// binds), each placed like an error. Parse and Load succeed with them;
+// `loadshed check` prints them.
+func (f *File) Warnings() Errors { return f.warnings }
 
 // Redis is the connection to the shared store, made with go-redis's
 // UniversalClient: one address is a single node, several a Cluster, and

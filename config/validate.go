@@ -36,11 +36,18 @@ func Validate(f *File, opts Options) error {
 type checker struct {
 	opts     Options
 	errs     Errors
+	warns    Errors
 	headroom bool // a headroom signal exists: a worker layer or Options.Headroom
 }
 
 func (c *checker) errorf(path string, allowed []string, format string, args ...any) {
 	c.errs = append(c.errs, &Error{Path: path, Msg: fmt.Sprintf(format, args...), Allowed: allowed})
+}
+
+// warnf records a setting that is valid but almost certainly not what was
+// meant (File.Warnings).
+func (c *checker) warnf(path string, format string, args ...any) {
+	c.warns = append(c.warns, &Error{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 func validate(f *File, opts Options) Errors {
@@ -55,7 +62,7 @@ func validate(f *File, opts Options) Errors {
 	c.redis(f)
 	c.http(&f.HTTP)
 	if len(f.Layers) == 0 {
-		c.errorf("layers", nil, "at least one layer is required (ratelimit, concurrency)")
+		c.errorf("layers", layerKinds, "at least one layer is required")
 	}
 	names := map[string]string{}
 	name := func(path, n, def string) {
@@ -125,27 +132,32 @@ func validate(f *File, opts Options) Errors {
 	if layers > shed.MaxLayers {
 		c.errorf("layers", nil, "the chain would have %d layers (shadow-mode rules take one of their own), at most %d are supported", layers, shed.MaxLayers)
 	}
+	f.warnings = c.warns
 	return c.errs
 }
 
 var layerKinds = []string{"ratelimit", "concurrency", "fleet", "worker"}
 
 func (c *checker) redis(f *File) {
-	needs := ""
-	for i, l := range f.Layers {
-		switch {
-		case l.RateLimit != nil && l.RateLimit.Store == RedisStore:
-			needs = "layers[" + strconv.Itoa(i) + "].ratelimit.store"
-		case l.Concurrency != nil && l.Concurrency.Store == RedisStore:
-			needs = "layers[" + strconv.Itoa(i) + "].concurrency.store"
-		case l.Fleet != nil:
-			needs = "layers[" + strconv.Itoa(i) + "].fleet"
-		}
-	}
 	r := f.Redis
 	if r == nil {
-		if needs != "" && c.opts.Redis == nil && !c.opts.MemoryOnly {
-			c.errorf(needs, nil, "this layer shares its counts through Redis, and the file has no redis section")
+		if c.opts.Redis != nil || c.opts.MemoryOnly {
+			return
+		}
+		// Every section that needs Redis is named, several of one list
+		// item included: a file fixed one error at a time would otherwise
+		// fail again on the next.
+		for i, l := range f.Layers {
+			p := "layers[" + strconv.Itoa(i) + "]"
+			if l.RateLimit != nil && l.RateLimit.Store == RedisStore {
+				c.errorf(p+".ratelimit.store", nil, "this layer shares its counts through Redis, and the file has no redis section")
+			}
+			if l.Concurrency != nil && l.Concurrency.Store == RedisStore {
+				c.errorf(p+".concurrency.store", nil, "this layer shares its counts through Redis, and the file has no redis section")
+			}
+			if l.Fleet != nil {
+				c.errorf(p+".fleet", nil, "this layer shares its counts through Redis, and the file has no redis section")
+			}
 		}
 		return
 	}
@@ -344,6 +356,9 @@ func (c *checker) concurrency(cc *Concurrency, path string) {
 	c.nonNegative(path+".per_key", cc.PerKey)
 	if cc.Limit == 0 && cc.PerKey == 0 && cc.Adaptive == nil {
 		c.errorf(path, nil, "set limit, per_key or adaptive: a concurrency layer needs at least one limit")
+	}
+	if cc.Limit > 0 && cc.PerKey > cc.Limit && cc.Adaptive == nil {
+		c.warnf(path+".per_key", "%d is above limit (%d), so it never binds: one client may take the whole limit", cc.PerKey, cc.Limit)
 	}
 	if a := cc.Adaptive; a != nil {
 		ap := path + ".adaptive"

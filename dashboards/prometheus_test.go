@@ -26,6 +26,7 @@ import (
 	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/shedprom"
 	"github.com/loadshed/loadshed/worker"
@@ -59,11 +60,11 @@ func (r renamed) Name() string { return r.name }
 
 // fleetGauges adds the fleet layer's failed ticks (Stats.Failures) as its
 // store errors, until the layer reports them itself.
-type fleetGauges struct{ *fleet.Shedder }
+type fleetGauges struct{ *fleet.Layer }
 
-func (f fleetGauges) ReportGauges(emit func(shed.Gauge)) {
-	f.Shedder.ReportGauges(emit)
-	emit(shed.Gauge{Layer: f.Name(), Name: shed.GaugeStoreErrors, Value: float64(f.Stats().Failures)})
+func (f fleetGauges) ReportGauges(emit func(layerkit.Gauge)) {
+	f.Layer.ReportGauges(emit)
+	emit(layerkit.Gauge{Layer: f.Name(), Name: layerkit.GaugeStoreErrors, Value: float64(f.Stats().Failures)})
 }
 
 // scenarioServer is a chi API behind every layer, with /metrics beside it.
@@ -80,8 +81,8 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 
 	perKey, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(20), ratelimit.MemoryConfig{})
 	must(t, err)
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{
-		Rules: []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey}},
+	rate, err := ratelimit.New(ratelimit.Config{
+		Rules: []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey}},
 		// Soft: 10 more per key above the limit (over="true"); past that, wait
 		// up to 50ms for a unit, then 429.
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.5, Action: shed.Queue,
@@ -92,8 +93,8 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 
 	newLimit, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerMinute(5), ratelimit.MemoryConfig{})
 	must(t, err)
-	dry, err := ratelimit.NewLayer(ratelimit.LayerConfig{
-		Rules:       []ratelimit.Rule{{Name: "new-limit", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: newLimit}},
+	dry, err := ratelimit.New(ratelimit.Config{
+		Rules:       []ratelimit.Rule{{Name: "new-limit", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: newLimit}},
 		Enforcement: shed.Enforcement{DryRun: true},
 	})
 	must(t, err)
@@ -109,8 +110,8 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 	t.Cleanup(func() { rdb.Close() })
 	shared, err := ratelimit.NewRedis(rdb, ratelimit.TokenBucket, ratelimit.PerMinute(1000), ratelimit.RedisConfig{})
 	must(t, err)
-	onRedis, err := ratelimit.NewLayer(ratelimit.LayerConfig{
-		Rules: []ratelimit.Rule{{Name: "shared", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: shared}},
+	onRedis, err := ratelimit.New(ratelimit.Config{
+		Rules: []ratelimit.Rule{{Name: "shared", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: shared}},
 	})
 	must(t, err)
 	t.Cleanup(func() { onRedis.Close() })

@@ -15,7 +15,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	clk := shedtest.NewClock(t0)
 	cfg := Config{Capacity: 1 << 40, Interval: 100 * time.Millisecond, Clock: clk}.withDefaults()
-	s, err := newShedder(cfg, fakeStore{f: newFakeFleet(clk), id: "a"})
+	s, err := newLayer(cfg, fakeStore{f: newFakeFleet(clk), id: "a"})
 	if err != nil {
 		b.Fatal(err)
 	}

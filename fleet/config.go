@@ -44,7 +44,7 @@ const (
 // PolicyName is the quota's policy name in rejections ("fleet-usage").
 const PolicyName = "fleet-usage"
 
-// Config configures a Shedder. Client, Interval and one of Capacity and
+// Config configures a Layer. Client, Interval and one of Capacity and
 // PerInstance are required; every other zero field stands for its default.
 // Start from DefaultConfig, which sets Interval.
 type Config struct {

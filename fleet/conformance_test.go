@@ -20,7 +20,7 @@ var flat = map[shed.Priority]float64{shed.TestMode: 1, shed.Sheddable: 1, shed.D
 func TestConformance(t *testing.T) {
 	build := func(t testing.TB, clock *shedtest.Clock, enf shed.Enforcement) shed.Layer {
 		cfg := Config{Capacity: 10, Ceilings: flat, Interval: 100 * time.Millisecond, Clock: clock, Enforcement: enf}.withDefaults()
-		s, err := newShedder(cfg, fakeStore{f: newFakeFleet(clock), id: "a"})
+		s, err := newLayer(cfg, fakeStore{f: newFakeFleet(clock), id: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestConformanceRedis(t *testing.T) {
 			// A long interval: the suite counts admissions, and a tick
 			// between them would change nothing here (one instance) but
 			// time.
-			return newRedisShedder(t, opts, Config{Prefix: redistest.Prefix(t), Instance: "suite",
+			return newRedisLayer(t, opts, Config{Prefix: redistest.Prefix(t), Instance: "suite",
 				Capacity: 10, Ceilings: flat, Interval: time.Minute, Clock: clock})
 		},
 		Capacity:   10,

@@ -3,7 +3,7 @@
 // ceiling per priority, so that lower priorities can never take the
 // capacity reserved for higher ones. A request whose priority is over its
 // ceiling gets 503 (shed.Shed: "temporary-reduced-capacity") with a
-// Retry-After of about one interval, or waits in a shed.WaitQueue,
+// Retry-After of about one interval, or waits in a layerkit.WaitQueue,
 // highest priority first.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
@@ -120,14 +120,14 @@
 //
 // Config.Enforcement sets the mode (hard; soft: above a ceiling by its
 // overage for at most OverageFor, then no new overage until the ceiling
-// has gone unexceeded for OverageCooldown, as shed.Episode says; elastic:
+// has gone unexceeded for OverageCooldown, as layerkit.Episode says; elastic:
 // above it while shed.Headroom says the process has room), dry run (decide
 // and record, never refuse; an admission over the ceiling counts nothing
 // in flight, as a refusal would not) and the
-// action on "over" (reject, or queue in a shed.WaitQueue that releases and
+// action on "over" (reject, or queue in a layerkit.WaitQueue that releases and
 // ticks wake).
 //
-// Stats and ReportGauges (shed.GaugeReporter: usage and ceiling by
+// Stats and ReportGauges (layerkit.GaugeReporter: usage and ceiling by
 // priority, instances, fallback, in_flight, limit, queued) show the
 // layer's state.
 package fleet

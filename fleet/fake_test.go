@@ -69,15 +69,15 @@ func (s fakeStore) sync(_ context.Context, c [shed.NumPriorities]int64, ttl time
 	return r, nil
 }
 
-// fakeConfig is a valid Config for newShedder over a fake store.
+// fakeConfig is a valid Config for newLayer over a fake store.
 func fakeConfig(clk *shedtest.Clock) Config {
 	return Config{Capacity: 100, Interval: 100 * time.Millisecond, Clock: clk}.withDefaults()
 }
 
-func newFake(t *testing.T, f *fakeFleet, id string, cfg Config) *Shedder {
+func newFake(t *testing.T, f *fakeFleet, id string, cfg Config) *Layer {
 	t.Helper()
 	cfg.Instance = id
-	s, err := newShedder(cfg.withDefaults(), fakeStore{f: f, id: id})
+	s, err := newLayer(cfg.withDefaults(), fakeStore{f: f, id: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func newFake(t *testing.T, f *fakeFleet, id string, cfg Config) *Shedder {
 
 // admit acquires n leases of priority p and fails the test unless all are
 // granted.
-func admit(t *testing.T, s *Shedder, p shed.Priority, n int) []shed.Lease {
+func admit(t *testing.T, s *Layer, p shed.Priority, n int) []shed.Lease {
 	t.Helper()
 	out := make([]shed.Lease, 0, n)
 	for i := 0; i < n; i++ {
@@ -102,7 +102,7 @@ func admit(t *testing.T, s *Shedder, p shed.Priority, n int) []shed.Lease {
 
 // refused asserts that one more request of priority p is rejected with a
 // 503 whose Retry-After is the interval.
-func refused(t *testing.T, s *Shedder, p shed.Priority) *shed.Rejection {
+func refused(t *testing.T, s *Layer, p shed.Priority) *shed.Rejection {
 	t.Helper()
 	ls, err := s.Acquire(context.Background(), shed.Request{Priority: p})
 	if err == nil {

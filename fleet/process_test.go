@@ -144,7 +144,7 @@ func TestRedisSeparateProcesses(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	crash := startHelper(t, addr, prefix, "crash", interval, 100, "hold", [4]int{0, 25, 0, 10})
 	stop := startHelper(t, addr, prefix, "stop", interval, 100, "hold", [4]int{0, 25, 0, 0})
-	s := newRedisShedder(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 100, Interval: interval})
+	s := newRedisLayer(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 100, Interval: interval})
 	if waitFor(2*time.Second, func() bool {
 		st := s.Stats()
 		return st.Instances == 3 && st.Fleet == [4]int64{0, 50, 0, 10}
@@ -196,7 +196,7 @@ func TestRedisSeparateProcessesUnderLoad(t *testing.T) {
 	for _, id := range []string{"p1", "p2"} {
 		startHelper(t, addr, prefix, id, interval, 40, "load", [4]int{2, 12, 12, 0})
 	}
-	s := newRedisShedder(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 40, Interval: interval})
+	s := newRedisLayer(t, &redis.Options{Addr: addr}, Config{Prefix: prefix, Instance: "here", Capacity: 40, Interval: interval})
 	if waitFor(2*time.Second, func() bool { st := s.Stats(); return st.Instances == 3 && st.Fleet[1]+st.Fleet[2] > 20 }) < 0 {
 		t.Fatalf("the other processes' load never showed: %+v", s.Stats())
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// newRedisShedder builds a Shedder on a client of its own, as a separate
+// newRedisLayer builds a Layer on a client of its own, as a separate
 // host would have, closed when the test ends.
-func newRedisShedder(t testing.TB, opts *redis.Options, cfg Config) *Shedder {
+func newRedisLayer(t testing.TB, opts *redis.Options, cfg Config) *Layer {
 	t.Helper()
 	o := *opts
 	o.ContextTimeoutEnabled = true
@@ -139,7 +139,7 @@ type sample struct {
 // 1ms. It samples the fleet's true usage (the leases the workers hold)
 // every millisecond.
 type fleetLoad struct {
-	ss      []*Shedder
+	ss      []*Layer
 	workers [shed.NumPriorities]int // per instance
 
 	mu       sync.Mutex
@@ -195,7 +195,7 @@ func (l *fleetLoad) run(d time.Duration) {
 	wg.Wait()
 }
 
-func (l *fleetLoad) worker(s *Shedder, p shed.Priority, stop chan struct{}) {
+func (l *fleetLoad) worker(s *Layer, p shed.Priority, stop chan struct{}) {
 	ctx := context.Background()
 	for {
 		select {
@@ -272,7 +272,7 @@ func TestRedisFleetUnderMixedLoad(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		c := cfg
 		c.Instance = id
-		l.ss = append(l.ss, newRedisShedder(t, opts, c))
+		l.ss = append(l.ss, newRedisLayer(t, opts, c))
 	}
 	// The load starts once every instance counts the others: a start, when
 	// an instance admits against the instances it has seen so far, is the
@@ -328,9 +328,9 @@ func TestRedisStoppedInstanceVanishes(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	cfg := Config{Prefix: redistest.Prefix(t), Capacity: 100, Interval: interval}
 	cfg.Instance = "a"
-	a := newRedisShedder(t, opts, cfg)
+	a := newRedisLayer(t, opts, cfg)
 	cfg.Instance = "b"
-	b := newRedisShedder(t, opts, cfg)
+	b := newRedisLayer(t, opts, cfg)
 	for i := 0; i < 7; i++ {
 		if _, err := b.Acquire(context.Background(), shed.Request{Priority: shed.Default}); err != nil {
 			t.Fatal(err)
@@ -366,7 +366,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		c := cfg
 		c.Instance = id
-		l.ss = append(l.ss, newRedisShedder(t, opts, c))
+		l.ss = append(l.ss, newRedisLayer(t, opts, c))
 	}
 	var back [2]time.Duration
 	var lateTicks [2]int64
@@ -437,7 +437,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 func TestRedisSlow(t *testing.T) {
 	srv := redistest.StartServer(t)
 	const interval = 50 * time.Millisecond
-	s := newRedisShedder(t, &redis.Options{Addr: srv.Addr()}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
+	s := newRedisLayer(t, &redis.Options{Addr: srv.Addr()}, Config{Prefix: "fleet-slow", Instance: "a", Capacity: 40, Interval: interval})
 	if waitFor(2*time.Second, func() bool { return !s.Stats().Fallback }) < 0 {
 		t.Fatalf("stats before the pause %+v", s.Stats())
 	}

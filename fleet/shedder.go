@@ -13,9 +13,10 @@ import (
 
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
-// Shedder is the fleet-usage load shedder: a shed.Layer that keeps the
+// Layer is the fleet-usage load shedder: a shed.Layer that keeps the
 // units in flight across every instance sharing its Redis keys within a
 // ceiling per priority, reserving the rest of the fleet's capacity for more
 // important work. See the package documentation for how it counts, the
@@ -25,8 +26,8 @@ import (
 // cache line of their own core (see the package documentation): no
 // allocation, no Redis, and a lock only when a stripe's credit runs out. A background tick, every Config.Interval, publishes
 // this instance's counts and reads the fleet's totals back. Close stops it.
-// A Shedder is safe for concurrent use.
-type Shedder struct {
+// A Layer is safe for concurrent use.
+type Layer struct {
 	name       string
 	enf        shed.Enforcement
 	clock      shed.Clock
@@ -38,12 +39,12 @@ type Shedder struct {
 	perInst    int64
 	ceil       [shed.NumPriorities]float64
 	st         store
-	queue      *shed.WaitQueue // nil unless Enforcement.Action is Queue
+	queue      *layerkit.WaitQueue // nil unless Enforcement.Action is Queue
 
 	local  *tally
 	view   atomic.Pointer[view]
-	ep     [shed.NumPriorities]shed.Episode
-	grants shed.GuardPool[grant]
+	ep     [shed.NumPriorities]layerkit.Episode
+	grants layerkit.GuardPool[grant]
 
 	lastLive   atomic.Int64 // live instances at the last good tick (ExpectedInstances before one)
 	ticks      atomic.Int64
@@ -58,9 +59,9 @@ type Shedder struct {
 }
 
 var (
-	_ shed.Layer         = (*Shedder)(nil)
-	_ shed.Releaser      = (*Shedder)(nil)
-	_ shed.GaugeReporter = (*Shedder)(nil)
+	_ shed.Layer             = (*Layer)(nil)
+	_ shed.Releaser          = (*Layer)(nil)
+	_ layerkit.GaugeReporter = (*Layer)(nil)
 )
 
 // view is what one tick (or a failure of one) decided the request path
@@ -82,7 +83,7 @@ type view struct {
 	fallback bool
 }
 
-// grant is what a lease holds, kept in its guard (shed.GuardPool) so that
+// grant is what a lease holds, kept in its guard (layerkit.GuardPool) so that
 // releasing a copy of a released lease changes nothing.
 type grant struct {
 	idx    int     // Priority.Index
@@ -93,18 +94,18 @@ type grant struct {
 // New checks cfg, reads the fleet's totals once (bounded by Config.Timeout;
 // when Redis does not answer the layer starts in fallback) and starts the
 // background tick.
-func New(cfg Config) (*Shedder, error) {
+func New(cfg Config) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return newShedder(cfg, newRedisStore(cfg.Client, cfg.Prefix, cfg.Instance, hex.EncodeToString(b[:])))
+	return newLayer(cfg, newRedisStore(cfg.Client, cfg.Prefix, cfg.Instance, hex.EncodeToString(b[:])))
 }
 
-func newShedder(cfg Config, st store) (*Shedder, error) {
-	s := &Shedder{
+func newLayer(cfg Config, st store) (*Layer, error) {
+	s := &Layer{
 		name:       cfg.Name,
 		enf:        cfg.Enforcement,
 		clock:      shed.ClockOr(cfg.Clock),
@@ -123,7 +124,7 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 		if qc.Clock == nil {
 			qc.Clock = s.clock
 		}
-		q, err := shed.NewWaitQueue(qc)
+		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: Config.Enforcement.Queue: %w", err)
 		}
@@ -136,15 +137,15 @@ func newShedder(cfg Config, st store) (*Shedder, error) {
 }
 
 // Name returns the layer's name (Config.Name, default "fleet").
-func (s *Shedder) Name() string { return s.name }
+func (s *Layer) Name() string { return s.name }
 
 // ReadsRoute reports false: the layer counts by priority, never by route
 // (shed.RouteReader).
-func (s *Shedder) ReadsRoute() bool { return false }
+func (s *Layer) ReadsRoute() bool { return false }
 
 // Queued returns how many requests wait for room now (Enforcement.Action
 // Queue); 0 without a queue.
-func (s *Shedder) Queued() int {
+func (s *Layer) Queued() int {
 	if s.queue == nil {
 		return 0
 	}
@@ -156,14 +157,14 @@ func (s *Shedder) Queued() int {
 // the same for every priority above it up to critical, counting req's own
 // cost. Otherwise it rejects with 503 (Retry-After: about one interval), or
 // queues when Config.Enforcement.Action is shed.Queue. It never calls Redis.
-func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, err error) {
+func (s *Layer) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease, err error) {
 	cost := req.Units()
 	i := req.Priority.Index()
 	v := s.view.Load()
 	k, ok := s.local.take(i, cost)
 	if ok {
 		// Admissions within the ceiling leave the soft episode alone (see
-		// shed.Episode), so that soft mode stays bounded in time under
+		// layerkit.Episode), so that soft mode stays bounded in time under
 		// sustained overload.
 		s.lease(&ls, v, i, k, cost)
 		return ls, nil
@@ -171,7 +172,7 @@ func (s *Shedder) Acquire(ctx context.Context, req shed.Request) (ls shed.Lease,
 	return s.overLimit(ctx, req, v, i, k, cost)
 }
 
-func (s *Shedder) lease(ls *shed.Lease, v *view, i int, k *stripe, cost int64) {
+func (s *Layer) lease(ls *shed.Lease, v *view, i int, k *stripe, cost int64) {
 	*ls = shed.NewLease(s)
 	s.grants.Issue(ls, grant{idx: i, stripe: k, cost: cost})
 	ls.Cost = cost
@@ -181,19 +182,19 @@ func (s *Shedder) lease(ls *shed.Lease, v *view, i int, k *stripe, cost int64) {
 
 // overLimit decides a request whose units, already added on stripe k,
 // broke a ceiling.
-func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i int, k *stripe, cost int64) (ls shed.Lease, err error) {
+func (s *Layer) overLimit(ctx context.Context, req shed.Request, v *view, i int, k *stripe, cost int64) (ls shed.Lease, err error) {
 	var now time.Time
 	within := false
 	if s.enf.Mode != shed.Hard {
 		now = s.clock.Now()
 		within = s.local.within(i, &v.allowOver)
 	}
-	switch verdict := s.enf.Decide(now, false, within, &s.ep[i]); verdict {
-	case shed.AdmitOver:
+	switch verdict := layerkit.Decide(&s.enf, now, false, within, &s.ep[i]); verdict {
+	case layerkit.AdmitOver:
 		s.lease(&ls, v, i, k, cost)
 		ls.Over = true
 		return ls, nil
-	case shed.AdmitDryRun:
+	case layerkit.AdmitDryRun:
 		// A dry-run admission over the ceiling counts nothing in flight,
 		// as a rejection would not: its lease holds nothing.
 		k.put(i, cost)
@@ -202,7 +203,7 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 		ls.Cost, ls.DryRun, ls.Fallback = cost, true, v.fallback
 		ls.Quota = s.quota(i, v)
 		return ls, nil
-	case shed.Wait:
+	case layerkit.Wait:
 		k.put(i, cost)
 		s.notify()
 		return s.wait(ctx, req, i, cost)
@@ -214,7 +215,7 @@ func (s *Shedder) overLimit(ctx context.Context, req shed.Request, v *view, i in
 
 // wait queues a request over its ceiling until a release or a tick makes
 // room (Enforcement.Action Queue).
-func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64) (shed.Lease, error) {
+func (s *Layer) wait(ctx context.Context, req shed.Request, i int, cost int64) (shed.Lease, error) {
 	var got *view
 	var gotK *stripe
 	// take runs under the queue's lock, so got and gotK are written before
@@ -232,10 +233,10 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 	giveBack := func() { gotK.put(i, cost) }
 	waited, err := s.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
 	if err != nil {
-		err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+		err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		if r, ok := err.(*shed.Rejection); ok {
 			v := s.view.Load()
-			r.RetryAfter = s.retryAfter
+			r.Layer, r.RetryAfter = s.name, s.retryAfter
 			r.Fallback = v.fallback
 			r.Policies = []shed.Quota{s.quota(req.Priority.Index(), v)}
 		}
@@ -252,9 +253,9 @@ func (s *Shedder) wait(ctx context.Context, req shed.Request, i int, cost int64)
 // Its policy is the ceiling of the request's priority, in units (while in
 // fallback, this instance's share of it): what metrics label the rejection
 // by, and what the HTTP side may or may not disclose.
-func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
+func (s *Layer) rejection(req shed.Request, v *view) *shed.Rejection {
 	r := shed.Shed("fleet at its ceiling for this priority", s.retryAfter, s.quota(req.Priority.Index(), v))
-	r.Fallback = v.fallback
+	r.Layer, r.Fallback = s.name, v.fallback
 	return r
 }
 
@@ -263,14 +264,14 @@ func (s *Shedder) rejection(req shed.Request, v *view) *shed.Rejection {
 // is left at zero: what is left fleet-wide is only known at the next tick.
 // It is the service's own capacity (Service), which HTTP front ends do not
 // disclose to clients unless told to.
-func (s *Shedder) quota(i int, v *view) shed.Quota {
-	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i], Service: true}
+func (s *Layer) quota(i int, v *view) shed.Quota {
+	return shed.Quota{Policy: PolicyName, Limit: v.ceiling[i], Service: true, DryRun: s.enf.DryRun}
 }
 
 // Release gives back the units lease holds. Only the first release of a
 // lease, or of any copy of it, counts; a lease this shedder did not grant
 // is ignored. Callers use lease.Release, which calls this.
-func (s *Shedder) Release(lease *shed.Lease, _ shed.Outcome) {
+func (s *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
 	g, ok := s.grants.Claim(lease)
 	if !ok {
 		return
@@ -279,7 +280,7 @@ func (s *Shedder) Release(lease *shed.Lease, _ shed.Outcome) {
 	s.notify()
 }
 
-func (s *Shedder) notify() {
+func (s *Layer) notify() {
 	if s.queue != nil {
 		s.queue.Notify()
 	}
@@ -287,7 +288,7 @@ func (s *Shedder) notify() {
 
 // tick publishes this instance's counts and reads the fleet's totals back,
 // then sets the next tick.
-func (s *Shedder) tick() {
+func (s *Layer) tick() {
 	s.tickMu.Lock()
 	defer s.tickMu.Unlock()
 	s.mu.Lock()
@@ -317,7 +318,7 @@ func (s *Shedder) tick() {
 }
 
 // apply publishes the view of a tick Redis answered.
-func (s *Shedder) apply(published [shed.NumPriorities]int64, rd reading) {
+func (s *Layer) apply(published [shed.NumPriorities]int64, rd reading) {
 	s.ticks.Add(1)
 	if rd.collided {
 		s.collisions.Add(1)
@@ -342,7 +343,7 @@ func (s *Shedder) apply(published [shed.NumPriorities]int64, rd reading) {
 }
 
 // setView makes v the view requests are judged against.
-func (s *Shedder) setView(v *view) {
+func (s *Layer) setView(v *view) {
 	s.local.setBudget(&v.allow)
 	s.view.Store(v)
 }
@@ -381,7 +382,7 @@ func floorDiv(a, b int64) int64 {
 
 // fail records a tick Redis did not answer: the layer decides from this
 // instance's share until a tick succeeds.
-func (s *Shedder) fail(err error) {
+func (s *Layer) fail(err error) {
 	s.failures.Add(1)
 	err = fmt.Errorf("fleet: sync with redis: %w", err)
 	s.lastErr.Store(&err)
@@ -394,7 +395,7 @@ func (s *Shedder) fail(err error) {
 // of live instances, rounded down, so that the fleet as a whole never
 // exceeds its capacity while no instance can see the others; with
 // PerInstance, the share is PerInstance.
-func (s *Shedder) fallbackView() *view {
+func (s *Layer) fallbackView() *view {
 	live := max(s.lastLive.Load(), 1)
 	v := &view{live: int(live), fallback: true, cap: s.perInst}
 	if s.perInst == 0 {
@@ -408,7 +409,7 @@ func (s *Shedder) fallbackView() *view {
 	return v
 }
 
-func (s *Shedder) setCeilings(v *view) {
+func (s *Layer) setCeilings(v *view) {
 	for r, c := range s.ceil {
 		// The epsilon keeps 0.7 × 100 at 70, not 69.99…
 		x := math.Floor(float64(v.cap)*c + 1e-9)
@@ -432,7 +433,7 @@ func mulCap(a, b int64) int64 {
 // when the entry expires. Requests still in flight may be released after
 // Close; a layer used after it decides from its fallback share, since the
 // others no longer count it.
-func (s *Shedder) Close() error {
+func (s *Layer) Close() error {
 	if !s.halt() {
 		return nil
 	}
@@ -452,7 +453,7 @@ func (s *Shedder) Close() error {
 
 // halt stops the tick, as a crash would, and reports whether it was
 // running.
-func (s *Shedder) halt() bool {
+func (s *Layer) halt() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

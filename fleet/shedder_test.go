@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -109,7 +111,7 @@ func TestInstancesShareCapacity(t *testing.T) {
 func TestOvershootOnlyFromStaleEntries(t *testing.T) {
 	clk := shedtest.NewClock(t0)
 	f := newFakeFleet(clk)
-	var ss []*Shedder
+	var ss []*Layer
 	for _, id := range []string{"a", "b", "c"} {
 		ss = append(ss, newFake(t, f, id, fakeConfig(clk)))
 	}
@@ -148,12 +150,12 @@ func TestNewcomerGetsItsShare(t *testing.T) {
 	clk := shedtest.NewClock(t0)
 	f := newFakeFleet(clk)
 	a := newFake(t, f, "a", fakeConfig(clk))
-	held := map[*Shedder][]shed.Lease{a: admit(t, a, shed.Sheddable, 60)}
+	held := map[*Layer][]shed.Lease{a: admit(t, a, shed.Sheddable, 60)}
 	b := newFake(t, f, "b", fakeConfig(clk))
 	// Both want more than the ceiling: every interval each finishes a
 	// third of its work and tries to fill up again.
 	for i := 0; i < 40; i++ {
-		for _, s := range []*Shedder{a, b} {
+		for _, s := range []*Layer{a, b} {
 			ls := held[s]
 			n := (len(ls) + 2) / 3
 			releaseAll(ls[:n])
@@ -402,12 +404,12 @@ func TestGauges(t *testing.T) {
 	settle(clk)
 	admit(t, a, shed.Sheddable, 1)
 	got := map[string]float64{}
-	a.ReportGauges(func(g shed.Gauge) {
+	a.ReportGauges(func(g layerkit.Gauge) {
 		if g.Layer != "fleet" {
 			t.Fatalf("gauge of layer %q", g.Layer)
 		}
 		k := g.Name
-		if g.Name == shed.GaugeUsage || g.Name == shed.GaugeCeiling {
+		if g.Name == layerkit.GaugeUsage || g.Name == layerkit.GaugeCeiling {
 			k += "/" + g.Priority.String()
 		}
 		got[k] = g.Value

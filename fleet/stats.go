@@ -1,6 +1,9 @@
 package fleet
 
-import "github.com/loadshed/loadshed/shed"
+import (
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
+)
 
 // Stats is a snapshot of the layer's state, for tests, logs and health
 // pages. Metrics adapters read ReportGauges instead.
@@ -35,7 +38,7 @@ type Stats struct {
 }
 
 // Stats returns the layer's state now.
-func (s *Shedder) Stats() Stats {
+func (s *Layer) Stats() Stats {
 	v := s.view.Load()
 	st := Stats{
 		InFlight:   s.local.load(),
@@ -54,30 +57,30 @@ func (s *Shedder) Stats() Stats {
 	return st
 }
 
-// ReportGauges implements shed.GaugeReporter: for each priority its usage
+// ReportGauges implements layerkit.GaugeReporter: for each priority its usage
 // (units in flight at that priority fleet-wide: the other instances' as of
 // the last tick plus this instance's now) and its ceiling in units; the live
 // instances; fallback (1 while deciding from this instance's share); this
 // instance's units in flight; the fleet's capacity; and the queue's length
 // when the layer queues.
-func (s *Shedder) ReportGauges(emit func(shed.Gauge)) {
+func (s *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 	v := s.view.Load()
 	local := s.local.load()
 	var inFlight int64
 	for i, p := range shed.Priorities() {
 		inFlight += local[i]
-		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeUsage, Priority: p, Value: float64(v.others[i] + local[i])})
-		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeCeiling, Priority: p, Value: float64(v.ceiling[i])})
+		emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeUsage, Priority: p, Value: float64(v.others[i] + local[i])})
+		emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeCeiling, Priority: p, Value: float64(v.ceiling[i])})
 	}
 	fb := 0.0
 	if v.fallback {
 		fb = 1
 	}
-	emit(shed.Gauge{Layer: s.name, Name: shed.GaugeInstances, Value: float64(v.live)})
-	emit(shed.Gauge{Layer: s.name, Name: shed.GaugeFallback, Value: fb})
-	emit(shed.Gauge{Layer: s.name, Name: shed.GaugeInFlight, Value: float64(inFlight)})
-	emit(shed.Gauge{Layer: s.name, Name: shed.GaugeLimit, Value: float64(v.cap)})
+	emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeInstances, Value: float64(v.live)})
+	emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeFallback, Value: fb})
+	emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeInFlight, Value: float64(inFlight)})
+	emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeLimit, Value: float64(v.cap)})
 	if s.queue != nil {
-		emit(shed.Gauge{Layer: s.name, Name: shed.GaugeQueued, Value: float64(s.queue.Len())})
+		emit(layerkit.Gauge{Layer: s.name, Name: layerkit.GaugeQueued, Value: float64(s.queue.Len())})
 	}
 }

@@ -106,12 +106,12 @@ func BenchmarkLayer(b *testing.B) {
 	keys := benchKeys(10_000)
 	for _, two := range []bool{false, true} {
 		name := "one-rule"
-		rules := []Rule{{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: benchMemory(b, TokenBucket, benchAllow)}}
+		rules := []Rule{{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: benchMemory(b, TokenBucket, benchAllow)}}
 		if two {
 			name = "two-rules"
 			rules = append(rules, Rule{Name: "per-ip", Descriptors: []Descriptor{byIP}, Store: benchMemory(b, TokenBucket, benchAllow)})
 		}
-		l, err := NewLayer(LayerConfig{Rules: rules})
+		l, err := New(Config{Rules: rules})
 		if err != nil {
 			b.Fatal(err)
 		}

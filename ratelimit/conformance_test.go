@@ -17,8 +17,8 @@ func conformance(t *testing.T, newLimiter func(t testing.TB, clock *shedtest.Clo
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			layer := func(t testing.TB, clock *shedtest.Clock, enf shed.Enforcement) shed.Layer {
-				return newTestLayer(t, LayerConfig{Clock: clock, Enforcement: enf, Rules: []Rule{
-					{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: newLimiter(t, clock, alg)},
+				return newTestLayer(t, Config{Clock: clock, Enforcement: enf, Rules: []Rule{
+					{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: newLimiter(t, clock, alg)},
 				}})
 			}
 			shedtest.RunLayerSuite(t, shedtest.LayerSuite{

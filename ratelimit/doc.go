@@ -8,8 +8,8 @@
 //	r.Use(shedhttp.Limit(ratelimit.PerKey(100, time.Minute)))
 //
 // Beyond it: build a Store for each limit (NewMemory, or NewRedis for a
-// fleet), name a Rule for each (what it counts per: ByKey, ByRoute, By,
-// RouteIs), and give the rules to NewLayer. LayerConfig.Name tells two
+// fleet), name a Rule for each (what it counts per: ByClient, ByRoute, By,
+// RouteIs), and give the rules to New. Config.Name tells two
 // rate-limit layers apart in events and metrics.
 //
 // # Algorithms
@@ -73,13 +73,13 @@
 // to 160 for the sliding window, about 210 to 350 for the log. A store at
 // its cap keeps the table of its live keys: evicted keys' slots are
 // reclaimed by rebuilding at the same size.
-
+//
 // # Rules and the layer
 //
 // A Rule names a limit, the Store that enforces it, and the Descriptors
 // it counts per, the way envoyproxy/ratelimit reads: a domain and key/value
 // entries (the client key, the route, or any value a function draws from
-// the request's context, such as a client IP or a user). NewLayer holds
+// the request's context, such as a client IP or a user). New holds
 // several rules; a request must pass every rule that applies to it, and a
 // request one rule rejects is not charged by the others (their units are
 // refunded). Rule keys are length-prefixed and escaped, so different values
@@ -89,7 +89,7 @@
 // The layer applies shed.Enforcement: hard; soft (up to
 // Enforcement.Ceiling for at most OverageFor per episode of each rule key,
 // Lease.Over set; a request over several rules needs every one's episode
-// to allow it, and see shed.Episode for when an episode begins); elastic
+// to allow it, and see layerkit.Episode for when an episode begins); elastic
 // (the same while the Headroom signal allows, with no time limit); dry run
 // (never rejects, Lease.DryRun set; a request let through in dry run is
 // charged by no rule). Over the limit it rejects with a 429 shed.Rejection
@@ -106,5 +106,5 @@
 //
 // A Store error never becomes a 500: the request is admitted with
 // Lease.Fallback set, the chain's observer records the fallback, and
-// LayerConfig.OnError is told.
+// Config.OnError is told.
 package ratelimit

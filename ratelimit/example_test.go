@@ -43,17 +43,17 @@ func ExampleNewMemory() {
 	// true
 }
 
-func ExampleNewLayer() {
+func ExampleNew() {
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	perKey, _ := ratelimit.NewMemory(ratelimit.SlidingWindow, ratelimit.PerMinute(2), ratelimit.MemoryConfig{Clock: clock})
 	perRoute, _ := ratelimit.NewMemory(ratelimit.FixedWindow, ratelimit.PerSecond(100), ratelimit.MemoryConfig{Clock: clock})
 	defer perKey.Close()
 	defer perRoute.Close()
 
-	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{
+	layer, err := ratelimit.New(ratelimit.Config{
 		Clock: clock,
 		Rules: []ratelimit.Rule{
-			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+			{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 			{Name: "charges", Domain: "api", Store: perRoute,
 				Descriptors: []ratelimit.Descriptor{ratelimit.RouteIs("POST /v1/charges")}},
 		},
@@ -102,9 +102,9 @@ func ExampleRule_perIPAndPerUser() {
 		ip, _ := ctx.Value(clientIPKey{}).(string)
 		return ip
 	})
-	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Clock: clock, Rules: []ratelimit.Rule{
+	layer, err := ratelimit.New(ratelimit.Config{Clock: clock, Rules: []ratelimit.Rule{
 		{Name: "per-ip", Descriptors: []ratelimit.Descriptor{byIP}, Store: perIP},
-		{Name: "per-user", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perUser},
+		{Name: "per-user", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perUser},
 	}})
 	if err != nil {
 		panic(err)

@@ -10,16 +10,18 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
-// DefaultName is a layer's name when LayerConfig.Name is empty.
+// DefaultName is a layer's name when Config.Name is empty.
 const DefaultName = "ratelimit"
 
 // MaxRules is the most rules one layer holds.
 const MaxRules = 8
 
-// LayerConfig configures a Layer.
-type LayerConfig struct {
+// Config configures a Layer.
+type Config struct {
 	// Name is the layer's name in rejections, events and metrics (default
 	// DefaultName), so that two rate-limit layers are told apart.
 	Name string
@@ -56,7 +58,7 @@ type LayerConfig struct {
 // When a Store fails (a Redis store that is down and has no fallback),
 // the layer does not turn it into an error: the rule is skipped, the
 // request is admitted with Lease.Fallback set (so the chain's observer
-// records a fallback event) and LayerConfig.OnError is told. A Store that
+// records a fallback event) and Config.OnError is told. A Store that
 // is a FallbackDecider (the Redis store) and decided from its local
 // fallback sets Lease.Fallback (or Rejection.Fallback) too.
 //
@@ -69,10 +71,10 @@ type LayerConfig struct {
 // Redis limiter the waiters of one key are served one round trip at a time.
 // Enforcement.Queue.MaxLength bounds the waiters of the whole layer; when
 // it is reached, a newcomer evicts the lowest-priority waiter below its own
-// priority, whatever its key (as one full shed.WaitQueue does), or is
+// priority, whatever its key (as one full layerkit.WaitQueue does), or is
 // rejected with "queue full".
 //
-// In Soft mode each rule key has its own overage episode (shed.Episode),
+// In Soft mode each rule key has its own overage episode (layerkit.Episode),
 // and a request over several rules is admitted over only if every one of
 // their episodes allows it. Rules whose keys are equal strings share
 // queues and soft episodes.
@@ -91,17 +93,17 @@ type Layer struct {
 var _ shed.Layer = (*Layer)(nil)
 var _ shed.Releaser = (*Layer)(nil)
 
-// NewLayer checks cfg and builds the layer.
-func NewLayer(cfg LayerConfig) (*Layer, error) {
+// New checks cfg and builds the layer.
+func New(cfg Config) (*Layer, error) {
 	var errs []error
 	if n := len(cfg.Rules); n == 0 || n > MaxRules {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules must have 1 to %d rules, got %d", MaxRules, n))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.Rules must have 1 to %d rules, got %d", MaxRules, n))
 	}
 	if err := cfg.Enforcement.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Enforcement: %w", err))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.Enforcement: %w", err))
 	}
 	if cfg.MaxKeys < 0 {
-		errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys))
+		errs = append(errs, fmt.Errorf("ratelimit: Config.MaxKeys must not be negative, got %d", cfg.MaxKeys))
 	}
 	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
 	if l.name == "" {
@@ -119,7 +121,7 @@ func NewLayer(cfg LayerConfig) (*Layer, error) {
 			continue
 		}
 		if names[r.Name] {
-			errs = append(errs, fmt.Errorf("ratelimit: LayerConfig.Rules[%d].Name %q is used twice", i, r.Name))
+			errs = append(errs, fmt.Errorf("ratelimit: Config.Rules[%d].Name %q is used twice", i, r.Name))
 		}
 		names[r.Name] = true
 		l.rules = append(l.rules, c)
@@ -175,7 +177,7 @@ func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory
 	return NewMemory(c.Store.Algorithm(), o, MemoryConfig{Clock: clock})
 }
 
-// Name returns the layer's name (LayerConfig.Name, default "ratelimit").
+// Name returns the layer's name (Config.Name, default "ratelimit").
 func (l *Layer) Name() string { return l.name }
 
 // ReadsRoute reports whether a rule's key reads Request.Route: a "route"
@@ -268,7 +270,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if err != nil {
 			if errors.Is(err, ErrCostAboveBurst) {
 				a.never, a.overCeil = true, true
-				a.denied = quotaOf(c, Result{Limit: c.limit.Quantity})
+				a.denied = l.quotaOf(c, Result{Limit: c.limit.Quantity})
 				return
 			}
 			a.fallback = true
@@ -278,7 +280,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 			continue
 		}
 		if r.Allowed {
-			q := quotaOf(c, r)
+			q := l.quotaOf(c, r)
 			t.taken[t.n] = taken{rule: int8(i), key: key}
 			t.quotas[t.n] = q
 			t.n++
@@ -295,7 +297,7 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 		if c.Overage != nil && l.enf.Mode != shed.Hard {
 			o, err := c.Overage.Allow(ctx, key, a.cost)
 			if err == nil && o.Allowed {
-				q := quotaOf(c, r)
+				q := l.quotaOf(c, r)
 				t.taken[t.n] = taken{rule: int8(i), overage: true, key: key}
 				t.quotas[t.n] = q
 				t.n++
@@ -306,13 +308,15 @@ func (l *Layer) try(ctx context.Context, req *shed.Request, a *attempt) {
 				continue
 			}
 		}
-		a.overCeil, a.denied, a.retry = true, quotaOf(c, r), r.RetryAfter
+		a.overCeil, a.denied, a.retry = true, l.quotaOf(c, r), r.RetryAfter
 		return
 	}
 }
 
-func quotaOf(c *compiledRule, r Result) shed.Quota {
-	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: nextUnit(c.alg, c.limit, r)}
+// quotaOf is the quota of rule c as r leaves it, marked DryRun when the
+// layer is in dry run.
+func (l *Layer) quotaOf(c *compiledRule, r Result) shed.Quota {
+	return shed.Quota{Policy: c.Name, Limit: r.Limit, Window: c.limit.Period, Remaining: r.Remaining, Reset: nextUnit(c.alg, c.limit, r), DryRun: l.enf.DryRun}
 }
 
 // refund gives back everything t holds. notify wakes the keys' waiters:
@@ -338,25 +342,25 @@ func (l *Layer) refund(t *ticket, notify bool) {
 
 // verdict applies the enforcement to an attempt. In Soft mode, every rule
 // key the request is over holds it to its own episode.
-func (l *Layer) verdict(a *attempt) shed.Verdict {
+func (l *Layer) verdict(a *attempt) layerkit.Verdict {
 	if a.never {
 		if l.enf.DryRun {
-			return shed.AdmitDryRun
+			return layerkit.AdmitDryRun
 		}
-		return shed.Deny
+		return layerkit.Deny
 	}
 	if !a.overLimit && !a.overCeil {
-		return shed.Admit
+		return layerkit.Admit
 	}
 	var now time.Time // only soft episodes read it
-	var eps [MaxRules]*shed.Episode
+	var eps [MaxRules]*layerkit.Episode
 	if l.enf.Mode == shed.Soft {
 		now = l.clock.Now()
 		for i, k := range a.overKeys[:a.nOver] {
 			eps[i] = l.episodes.get(k, now.UnixNano())
 		}
 	}
-	return l.enf.DecideOver(now, !a.overCeil, eps[:a.nOver]...)
+	return layerkit.DecideOver(&l.enf, now, !a.overCeil, eps[:a.nOver]...)
 }
 
 // Acquire checks req against every rule that applies to it.
@@ -367,11 +371,11 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	v := l.verdict(&a)
 	var waited time.Duration
 	switch v {
-	case shed.Deny:
+	case layerkit.Deny:
 		l.refund(t, false)
 		l.recycle(t)
 		return shed.Lease{}, l.rejection(&req, &a, "rate limit exceeded")
-	case shed.Wait:
+	case layerkit.Wait:
 		l.refund(t, false)
 		var err error
 		a, v, waited, err = l.wait(ctx, req, a)
@@ -379,7 +383,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 			l.recycle(t)
 			return shed.Lease{}, err
 		}
-	case shed.AdmitDryRun:
+	case layerkit.AdmitDryRun:
 		// Admitted, but charged by no rule: the rules that admitted it give
 		// their units back, as they would had the request been rejected,
 		// so the layer goes on deciding as if it enforced.
@@ -392,8 +396,8 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	lease.Cost = a.cost
 	lease.Quota = a.tight
 	lease.Waited = waited
-	lease.Over = v == shed.AdmitOver
-	lease.DryRun = v == shed.AdmitDryRun
+	lease.Over = v == layerkit.AdmitOver
+	lease.DryRun = v == layerkit.AdmitDryRun
 	lease.Fallback = a.fallback
 	lease.MoreQuotas = t.n > 1
 	return lease, nil
@@ -419,7 +423,7 @@ func (l *Layer) rejection(req *shed.Request, a *attempt, reason string) *shed.Re
 		reason = "request cost exceeds the rate limit"
 	}
 	rj := shed.Throttled(reason, a.retry, a.denied)
-	rj.Fallback = a.fallback
+	rj.Layer, rj.Fallback = l.name, a.fallback
 	return rj
 }
 

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
-// queues holds one shed.WaitQueue per key with requests waiting, so that a
+// queues holds one layerkit.WaitQueue per key with requests waiting, so that a
 // key over its limit never holds up another key's waiters; priority orders
 // the waiters of one key. Enforcement.Queue.MaxLength bounds the waiters of
 // the whole layer, not of each key: evict makes room across keys.
@@ -27,7 +29,7 @@ type queues struct {
 }
 
 type keyQueue struct {
-	q     *shed.WaitQueue
+	q     *layerkit.WaitQueue
 	users int
 }
 
@@ -37,9 +39,9 @@ func (qs *queues) enter(key string) (*keyQueue, error) {
 	kq := qs.m[key]
 	if kq == nil {
 		if len(qs.m) >= qs.maxKeys {
-			return nil, shed.ErrQueueFull
+			return nil, layerkit.ErrQueueFull
 		}
-		q, err := shed.NewWaitQueue(qs.cfg)
+		q, err := layerkit.NewWaitQueue(qs.cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +83,7 @@ type sleeper struct {
 	timer shed.Timer
 }
 
-func (s *sleeper) arm(clock shed.Clock, q *shed.WaitQueue) {
+func (s *sleeper) arm(clock shed.Clock, q *layerkit.WaitQueue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
@@ -111,18 +113,18 @@ func (s *sleeper) stop() {
 // that succeeded (its ticket holds the units taken) and its verdict. It
 // takes its arguments by value so that only a request that queues moves
 // them to the heap.
-func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (attempt, shed.Verdict, time.Duration, error) {
+func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (attempt, layerkit.Verdict, time.Duration, error) {
 	qs := l.queues
 	key := first.overKey
 	req, a := &request, new(attempt)
 	*a = first
-	v := shed.Wait
-	fail := func(err error, waited time.Duration) (attempt, shed.Verdict, time.Duration, error) {
+	v := layerkit.Wait
+	fail := func(err error, waited time.Duration) (attempt, layerkit.Verdict, time.Duration, error) {
 		return first, v, waited, l.queueRejection(req, &first, err, waited)
 	}
 	if qs.waiting.Add(1) > int64(qs.cfg.MaxLength) && !qs.evict(req.Priority) {
 		qs.waiting.Add(-1)
-		return fail(shed.ErrQueueFull, 0)
+		return fail(layerkit.ErrQueueFull, 0)
 	}
 	defer qs.waiting.Add(-1)
 	kq, err := qs.enter(key)
@@ -147,7 +149,7 @@ func (l *Layer) wait(ctx context.Context, request shed.Request, first attempt) (
 		at := l.clock.Now()
 		l.try(ctx, req, a)
 		switch v = l.verdict(a); v {
-		case shed.Admit, shed.AdmitOver:
+		case layerkit.Admit, layerkit.AdmitOver:
 			return true
 		}
 		l.refund(a.t, false)
@@ -190,10 +192,10 @@ func (qs *queues) evict(p shed.Priority) bool {
 }
 
 func (l *Layer) queueRejection(req *shed.Request, a *attempt, err error, waited time.Duration) error {
-	err = shed.QueueRejection(shed.StatusTooManyRequests, err, waited)
+	err = layerkit.QueueRejection(shed.StatusTooManyRequests, err, waited)
 	var rj *shed.Rejection
 	if errors.As(err, &rj) {
-		rj.RetryAfter = a.retry
+		rj.Layer, rj.RetryAfter = l.name, a.retry
 		rj.Policies = []shed.Quota{a.denied}
 		rj.Fallback = a.fallback
 	}
@@ -215,7 +217,7 @@ type episodes struct {
 }
 
 type episode struct {
-	shed.Episode
+	layerkit.Episode
 	seen atomic.Int64 // Unix ns of the last overage
 }
 
@@ -233,7 +235,7 @@ func (e *episodes) init(maxKeys int, enf *shed.Enforcement) {
 	e.m = map[string]*episode{}
 }
 
-func (e *episodes) get(key string, now int64) *shed.Episode {
+func (e *episodes) get(key string, now int64) *layerkit.Episode {
 	e.mu.RLock()
 	ep := e.m[key]
 	e.mu.RUnlock()

@@ -25,9 +25,9 @@ func mem(t testing.TB, clk shed.Clock, alg Algorithm, l Limit) *Memory {
 	return m
 }
 
-func newTestLayer(t testing.TB, cfg LayerConfig) *Layer {
+func newTestLayer(t testing.TB, cfg Config) *Layer {
 	t.Helper()
-	l, err := NewLayer(cfg)
+	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ var byIP = By("ip", func(ctx context.Context, _ shed.Request) string {
 
 func TestLayerRejectsWith429AndPolicies(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(2))},
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
+		{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerMinute(2))},
 	}})
 	ctx := context.Background()
 	req := shed.Request{Key: "alice", Cost: 1}
@@ -77,9 +77,9 @@ func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	perIP := mem(t, clk, TokenBucket, PerMinute(10))
 	perUser := mem(t, clk, TokenBucket, PerMinute(1))
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
 		{Name: "per-ip", Descriptors: []Descriptor{byIP}, Store: perIP},
-		{Name: "per-user", Descriptors: []Descriptor{ByKey}, Store: perUser},
+		{Name: "per-user", Descriptors: []Descriptor{ByClient}, Store: perUser},
 	}})
 	ctx := context.WithValue(context.Background(), ipKey{}, "10.0.0.1")
 	lease, err := l.Acquire(ctx, shed.Request{Key: "u1"})
@@ -109,7 +109,7 @@ func TestLayerRejectedByOneRuleIsNotChargedByOthers(t *testing.T) {
 func TestLayerReleaseUnusedRefunds(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	lim := mem(t, clk, SlidingLog, PerMinute(1))
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: lim}}})
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: lim}}})
 	ctx := context.Background()
 	req := shed.Request{Key: "a"}
 	lease, err := l.Acquire(ctx, req)
@@ -136,9 +136,9 @@ func TestLayerReleaseUnusedRefunds(t *testing.T) {
 func TestLayerDescriptorsAndDomains(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	shared := mem(t, clk, FixedWindow, PerMinute(1))
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
 		// both rules share one limiter: their keys must not meet
-		{Name: "charges", Domain: "api", Descriptors: []Descriptor{RouteIs("POST /charges"), ByKey}, Store: shared},
+		{Name: "charges", Domain: "api", Descriptors: []Descriptor{RouteIs("POST /charges"), ByClient}, Store: shared},
 		{Name: "routes", Domain: "api", Descriptors: []Descriptor{ByRoute}, Store: shared},
 	}})
 	ctx := context.Background()
@@ -166,8 +166,8 @@ func TestLayerDescriptorsAndDomains(t *testing.T) {
 
 func TestLayerDryRunNeverRejects(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
+	l := newTestLayer(t, Config{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
 	}})
 	dry := 0
 	for i := 0; i < 10; i++ {
@@ -188,8 +188,8 @@ func TestLayerDryRunNeverRejects(t *testing.T) {
 
 func TestLayerCostAboveBurst(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, PerSecond(2))},
 	}})
 	_, err := l.Acquire(context.Background(), shed.Request{Key: "a", Cost: 3})
 	if rj := shedtest.Rejection(t, err); rj.Status != 429 || rj.Reason != "request cost exceeds the rate limit" || rj.RetryAfter != 0 {
@@ -199,9 +199,9 @@ func TestLayerCostAboveBurst(t *testing.T) {
 
 func TestLayerSoftAllowsBoundedOverage(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, Overage: 0.2, OverageFor: 10 * time.Second},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(10))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerMinute(10))}}})
 	ctx := context.Background()
 	over := 0
 	for i := 0; i < 12; i++ {
@@ -245,9 +245,9 @@ func TestLayerElasticFollowsHeadroom(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	var headroom atomic.Value
 	headroom.Store(0.9)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Elastic, Overage: 0.5, Headroom: shed.HeadroomFunc(func() float64 { return headroom.Load().(float64) })},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, SlidingWindow, PerMinute(4))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, SlidingWindow, PerMinute(4))}}})
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
 		l.Acquire(ctx, shed.Request{Key: "a"})
@@ -280,9 +280,9 @@ func TestLayerLimiterErrorAdmitsWithFallback(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	var errs []string
 	var mu sync.Mutex
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		OnError: func(rule string, err error) { mu.Lock(); errs = append(errs, rule+": "+err.Error()); mu.Unlock() },
-		Rules: []Rule{{Name: "shared", Descriptors: []Descriptor{ByKey},
+		Rules: []Rule{{Name: "shared", Descriptors: []Descriptor{ByClient},
 			Store: &failing{mem(t, clk, TokenBucket, PerSecond(1))}}}})
 	var events []shed.Event
 	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}, Clock: clk,
@@ -343,9 +343,9 @@ func waitQueued(t *testing.T, l *Layer, n int) {
 
 func TestLayerQueueWaitsForRetryAfter(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 2, MaxWait: 5 * time.Second}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(1))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, PerSecond(1))}}})
 	ctx := context.Background()
 	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil {
 		t.Fatal(err)
@@ -381,9 +381,9 @@ func TestLayerQueueWaitsForRetryAfter(t *testing.T) {
 
 func TestLayerQueueTimesOutAndRefundWakes(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 5, MaxWait: 500 * time.Millisecond}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(1))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerMinute(1))}}})
 	ctx := context.Background()
 	lease, err := l.Acquire(ctx, shed.Request{Key: "a"})
 	if err != nil {
@@ -418,9 +418,9 @@ func TestLayerLeakyBucketQueueShapes(t *testing.T) {
 	// GCRA with burst 1 and the queue action: a burst of requests leaves at
 	// a constant 100ms spacing.
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 10, MaxWait: 10 * time.Second}},
-		Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByKey},
+		Rules: []Rule{{Name: "k", Descriptors: []Descriptor{ByClient},
 			Store: mem(t, clk, LeakyBucket, Limit{Quantity: 10, Period: time.Second, Burst: 1})}}})
 	const n = 5
 	waits := make(chan time.Duration, n)
@@ -450,23 +450,23 @@ func TestNewLayerRejectsBadConfig(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	m := mem(t, clk, TokenBucket, PerSecond(1))
 	cases := []struct {
-		cfg   LayerConfig
+		cfg   Config
 		field string
 	}{
-		{LayerConfig{}, "LayerConfig.Rules"},
-		{LayerConfig{Rules: []Rule{{Name: "a b", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Rules[0].Name"},
-		{LayerConfig{Rules: []Rule{{Name: "", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Rules[0].Name"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}}}}, "Rules[0].Store"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Store: m}}}, "Rules[0].Descriptors"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{{Key: "user"}}, Store: m}}}, "needs From"},
-		{LayerConfig{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}, {Name: "a", Descriptors: []Descriptor{ByRoute}, Store: m}}}, "used twice"},
-		{LayerConfig{Enforcement: shed.Enforcement{Mode: shed.Elastic}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "Headroom"},
-		{LayerConfig{Enforcement: shed.Enforcement{Action: shed.Queue}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "MaxLength"},
-		{LayerConfig{MaxKeys: -1, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByKey}, Store: m}}}, "LayerConfig.MaxKeys"},
+		{Config{}, "Config.Rules"},
+		{Config{Rules: []Rule{{Name: "a b", Descriptors: []Descriptor{ByClient}, Store: m}}}, "Rules[0].Name"},
+		{Config{Rules: []Rule{{Name: "", Descriptors: []Descriptor{ByClient}, Store: m}}}, "Rules[0].Name"},
+		{Config{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByClient}}}}, "Rules[0].Store"},
+		{Config{Rules: []Rule{{Name: "a", Store: m}}}, "Rules[0].Descriptors"},
+		{Config{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{{Key: "user"}}, Store: m}}}, "needs From"},
+		{Config{Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByClient}, Store: m}, {Name: "a", Descriptors: []Descriptor{ByRoute}, Store: m}}}, "used twice"},
+		{Config{Enforcement: shed.Enforcement{Mode: shed.Elastic}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByClient}, Store: m}}}, "Headroom"},
+		{Config{Enforcement: shed.Enforcement{Action: shed.Queue}, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByClient}, Store: m}}}, "MaxLength"},
+		{Config{MaxKeys: -1, Rules: []Rule{{Name: "a", Descriptors: []Descriptor{ByClient}, Store: m}}}, "Config.MaxKeys"},
 	}
 	for _, c := range cases {
-		if _, err := NewLayer(c.cfg); err == nil || !strings.Contains(err.Error(), c.field) {
-			t.Errorf("NewLayer(%+v) = %v, want an error naming %s", c.cfg, err, c.field)
+		if _, err := New(c.cfg); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", c.cfg, err, c.field)
 		}
 	}
 }
@@ -481,8 +481,8 @@ func (d localDecider) Decide(ctx context.Context, key string, cost int64) (Resul
 
 func TestLayerFallbackDecider(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: localDecider{mem(t, clk, FixedWindow, PerMinute(1))}}}})
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByClient}, Store: localDecider{mem(t, clk, FixedWindow, PerMinute(1))}}}})
 	lease, err := l.Acquire(context.Background(), shed.Request{Key: "a"})
 	if err != nil || !lease.Fallback {
 		t.Fatalf("lease %+v %v, want Fallback", lease, err)
@@ -496,8 +496,8 @@ func TestLayerFallbackDecider(t *testing.T) {
 func TestLayerCloseLeavesCallersLimiters(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	own := mem(t, clk, FixedWindow, PerMinute(1))
-	l, err := NewLayer(LayerConfig{Clock: clk, Enforcement: shed.Enforcement{Mode: shed.Soft}, Rules: []Rule{
-		{Name: "given", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(10)), Overage: own},
+	l, err := New(Config{Clock: clk, Enforcement: shed.Enforcement{Mode: shed.Soft}, Rules: []Rule{
+		{Name: "given", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerMinute(10)), Overage: own},
 		{Name: "built", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerMinute(10))},
 	}})
 	if err != nil {
@@ -524,10 +524,10 @@ func TestLayerCloseLeavesCallersLimiters(t *testing.T) {
 func TestLayerQueueStress(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	const limit, workers = 20, 8
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 100, MaxWait: time.Second}},
 		Rules: []Rule{
-			{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(limit))},
+			{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerHour(limit))},
 			{Name: "ip", Descriptors: []Descriptor{byIP}, Store: mem(t, clk, SlidingLog, PerHour(1000))},
 		}})
 	var kept, refunded, rejected, active atomic.Int64
@@ -576,10 +576,10 @@ func TestLayerQueueStress(t *testing.T) {
 // the route's episodes allow it.
 func TestLayerSoftHoldsEveryRuleToItsEpisode(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second},
 		Rules: []Rule{
-			{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(2))},
+			{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerHour(2))},
 			{Name: "per-route", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerHour(20))},
 		}})
 	ctx := context.Background()
@@ -620,9 +620,9 @@ func TestLayerSoftHoldsEveryRuleToItsEpisode(t *testing.T) {
 // the episode, and the next request over the limit began another.
 func TestLayerSoftSustainedOverload(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
 	ctx := context.Background()
 	var over [4]int
 	first, last := time.Duration(-1), time.Duration(0)
@@ -647,9 +647,9 @@ func TestLayerSoftSustainedOverload(t *testing.T) {
 // admitted it, as a rejection would not.
 func TestLayerDryRunChargesNoRule(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
+	l := newTestLayer(t, Config{Clock: clk, Enforcement: shed.Enforcement{DryRun: true}, Rules: []Rule{
 		{Name: "per-route", Descriptors: []Descriptor{ByRoute}, Store: mem(t, clk, FixedWindow, PerMinute(2))},
-		{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerMinute(1))},
+		{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerMinute(1))},
 	}})
 	ctx := context.Background()
 	for i, tc := range []struct {
@@ -669,9 +669,9 @@ func TestLayerDryRunChargesNoRule(t *testing.T) {
 // as the concurrency layer's queue does; at equal priority it is full.
 func TestLayerFullQueueEvictsLowerPriority(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 2, MaxWait: time.Minute}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, FixedWindow, PerHour(1))}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, FixedWindow, PerHour(1))}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, k := range []string{"a", "b"} {
@@ -719,9 +719,9 @@ func TestLayerFullQueueEvictsLowerPriority(t *testing.T) {
 // figure from the first attempt).
 func TestLayerQueueTimeoutRetryAfterIsCurrent(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk,
+	l := newTestLayer(t, Config{Clock: clk,
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 1, MaxWait: 2 * time.Second}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, Limit{Quantity: 1, Period: 10 * time.Second})}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, Limit{Quantity: 1, Period: 10 * time.Second})}}})
 	ctx := context.Background()
 	if _, err := l.Acquire(ctx, shed.Request{Key: "a"}); err != nil {
 		t.Fatal(err)
@@ -759,9 +759,9 @@ func TestLayerQueueNeverDecidesForAGoneWaiter(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	store := &deadContextStore{Memory: mem(t, clk, FixedWindow, PerHour(1))}
 	var errs atomic.Int64
-	l := newTestLayer(t, LayerConfig{Clock: clk, OnError: func(string, error) { errs.Add(1) },
+	l := newTestLayer(t, Config{Clock: clk, OnError: func(string, error) { errs.Add(1) },
 		Enforcement: shed.Enforcement{Action: shed.Queue, Queue: shed.QueueConfig{MaxLength: 4, MaxWait: time.Hour}},
-		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByKey}, Store: store}}})
+		Rules:       []Rule{{Name: "k", Descriptors: []Descriptor{ByClient}, Store: store}}})
 	if _, err := l.Acquire(context.Background(), shed.Request{Key: "a"}); err != nil {
 		t.Fatal(err)
 	}

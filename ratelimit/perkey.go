@@ -12,7 +12,7 @@ import (
 //
 // It panics if n < 1 or period <= 0, as time.NewTicker does on a bad
 // duration: the arguments are constants of the program. Build a Layer
-// with NewLayer to get an error instead, and for anything more (other
+// with New to get an error instead, and for anything more (other
 // algorithms, several rules, Redis).
 func PerKey(n int64, period time.Duration) *Layer {
 	l, err := perKey(n, period)
@@ -30,7 +30,7 @@ func perKey(n int64, period time.Duration) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: PerKey: %w", err)
 	}
-	l, err := NewLayer(LayerConfig{Rules: []Rule{{Name: "per-key", Descriptors: []Descriptor{ByKey}, Store: store}}})
+	l, err := New(Config{Rules: []Rule{{Name: "per-key", Descriptors: []Descriptor{ByClient}, Store: store}}})
 	if err != nil {
 		store.Close()
 		return nil, err

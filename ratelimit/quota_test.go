@@ -30,7 +30,7 @@ func TestQuotaResetIsTheNextUnit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{{Name: "q", Descriptors: []Descriptor{ByKey}, Store: m}}})
+		l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{{Name: "q", Descriptors: []Descriptor{ByClient}, Store: m}}})
 		var q shed.Quota
 		for i := 0; i < tc.taken; i++ {
 			lease, err := l.Acquire(bg, shed.Request{Key: "k"})

@@ -35,8 +35,8 @@ type Descriptor struct {
 
 // Descriptor builders for the common cases.
 var (
-	// ByKey counts per client key (Request.Key).
-	ByKey = Descriptor{Key: "key"}
+	// ByClient counts per client key (Request.Key).
+	ByClient = Descriptor{Key: "key"}
 	// ByRoute counts per route pattern (Request.Route).
 	ByRoute = Descriptor{Key: "route"}
 )
@@ -128,7 +128,7 @@ func ValidName(s string) bool {
 }
 
 func compileRule(i int, r Rule) (*compiledRule, error) {
-	field := "LayerConfig.Rules[" + strconv.Itoa(i) + "]"
+	field := "Config.Rules[" + strconv.Itoa(i) + "]"
 	var errs []error
 	if !ValidName(r.Name) {
 		errs = append(errs, fmt.Errorf("ratelimit: %s.Name %q must be 1 to 64 letters, digits, '-', '_' or '.'", field, r.Name))

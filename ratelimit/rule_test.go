@@ -21,7 +21,7 @@ func fromVals(pick func(fuzzVals) string) func(context.Context, shed.Request) st
 func ruleKeys(t testing.TB) (two, bare *compiledRule) {
 	t.Helper()
 	m := mem(t, shedtest.NewClock(contractStart), FixedWindow, PerSecond(1))
-	l, err := NewLayer(LayerConfig{Rules: []Rule{
+	l, err := New(Config{Rules: []Rule{
 		{Name: "two", Domain: "api", Store: m, Descriptors: []Descriptor{
 			By("x", fromVals(func(v fuzzVals) string { return v.a })),
 			By("y", fromVals(func(v fuzzVals) string { return v.b }))}},
@@ -109,8 +109,8 @@ func TestRuleKeyBareNeedsNoAllocation(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	clk := shedtest.NewClock(contractStart)
-	l := newTestLayer(t, LayerConfig{Clock: clk, Rules: []Rule{
-		{Name: "k", Descriptors: []Descriptor{ByKey}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
+	l := newTestLayer(t, Config{Clock: clk, Rules: []Rule{
+		{Name: "k", Descriptors: []Descriptor{ByClient}, Store: mem(t, clk, TokenBucket, PerSecond(10))}}})
 	req := shed.Request{Key: "client-1"}
 	n := testing.AllocsPerRun(100, func() {
 		if k, _ := l.rules[0].key(context.Background(), &req); k != "client-1" {
@@ -133,12 +133,12 @@ func TestLayerReadsRoute(t *testing.T) {
 		d    []Descriptor
 		want bool
 	}{
-		{[]Descriptor{ByKey}, false},
-		{[]Descriptor{ByKey, ByRoute}, true},
-		{[]Descriptor{RouteIs("GET /x"), ByKey}, true},
+		{[]Descriptor{ByClient}, false},
+		{[]Descriptor{ByClient, ByRoute}, true},
+		{[]Descriptor{RouteIs("GET /x"), ByClient}, true},
 		{[]Descriptor{custom}, true},
 	} {
-		l, err := NewLayer(LayerConfig{Rules: []Rule{{Name: "r", Descriptors: tc.d, Store: store}}})
+		l, err := New(Config{Rules: []Rule{{Name: "r", Descriptors: tc.d, Store: store}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // nopLayer admits everything and releases nothing, so the benchmarks
@@ -102,7 +104,7 @@ func BenchmarkWaitQueue(b *testing.B) {
 		return take, func() { free.Add(1) }
 	}
 	b.Run("fast-path", func(b *testing.B) {
-		q, _ := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Second})
+		q, _ := layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Second})
 		take, put := newPool(1)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -114,7 +116,7 @@ func BenchmarkWaitQueue(b *testing.B) {
 		}
 	})
 	b.Run("contended", func(b *testing.B) {
-		q, _ := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 1 << 16, MaxWait: time.Minute})
+		q, _ := layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: 1 << 16, MaxWait: time.Minute})
 		take, put := newPool(2)
 		b.ReportAllocs()
 		b.SetParallelism(8) // more callers than slots: some queue

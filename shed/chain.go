@@ -34,6 +34,9 @@ type Chain struct {
 	clock  Clock
 	// readsRoute: the observer or some layer reads Request.Route.
 	readsRoute bool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // RouteReader is implemented by layers that can tell whether they read
@@ -76,6 +79,33 @@ func NewChain(cfg Config) (*Chain, error) {
 		c.readsRoute = true
 	}
 	return c, nil
+}
+
+// Close closes every layer of the chain that has a Close method (Close()
+// error, as io.Closer, or Close()), the last layer first, and returns
+// their errors joined: background sweepers, samplers and ticks stop, and
+// a fleet layer leaves the fleet. Only the first call has an effect.
+//
+// Call it when the chain owns its layers, as one built for a single
+// router does (shedhttp.Limit's). A layer shared by several chains, or
+// carried over a configuration reload, is closed by whoever owns it
+// instead, and that chain is simply dropped.
+func (c *Chain) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		for i := len(c.layers) - 1; i >= 0; i-- {
+			switch l := c.layers[i].(type) {
+			case interface{ Close() error }:
+				if err := l.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("shed: closing layer %s: %w", c.names[i], err))
+				}
+			case interface{ Close() }:
+				l.Close()
+			}
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
 }
 
 // Layers returns the chain's layers, in order.

@@ -13,6 +13,9 @@ import (
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
+// t0 is the manual clocks' start.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
 // trace records, in order, what the layers of a chain did.
 type trace struct {
 	mu     sync.Mutex
@@ -514,7 +517,7 @@ func TestRejection(t *testing.T) {
 	if s.Status != 503 || s.RetryAfterSeconds() != 0 || strings.Contains(s.Error(), "retry") {
 		t.Errorf("Shed = %+v, %q", s, s.Error())
 	}
-	if got, want := s.Error(), "shed: layer rejected unset request (503): overloaded"; got != want {
+	if got, want := s.Error(), "shed: layer rejected a request (503): overloaded"; got != want {
 		t.Errorf("Error() of an unstamped rejection = %q, want %q", got, want)
 	}
 	err = fmt.Errorf("layer said: %w", s)

@@ -27,29 +27,20 @@
 // An Observer sees every decision and release as an Event (layer, policy,
 // priority, route, kind, outcome: no key, so metrics stay bounded); shed
 // imports neither Prometheus nor OpenTelemetry, adapters do. Layers whose
-// state a dashboard shows report Gauges (GaugeReporter).
+// state a dashboard shows report gauges (layerkit.GaugeReporter).
 //
 // # Writing a layer
 //
-// The rest of the package is a toolkit for layer authors; users of the
-// layers need none of it:
-//
-//   - Layer and Releaser: Acquire returns NewLease(releaser), with Cost,
-//     Quota (the limit, for the RateLimit fields; Quota.Service for the
-//     service's own capacity) and flags (Over, DryRun, Fallback, Waited).
-//   - GuardPool: a per-grant guard in Lease.Ref and Lease.ID, claimed once,
-//     so that releasing a copy of a released lease is harmless.
-//   - Throttled, Shed and QueueRejection build rejections; the chain fills
-//     in Layer and Priority, so return a new one from every call.
-//   - Enforcement (Mode, Action, dry run) decides with Decide, giving a
-//     Verdict; Episode bounds a soft overage; Headroom is the elastic
-//     signal.
-//   - WaitQueue queues requests for capacity, highest priority first,
-//     bounded and cancellation-safe.
-//   - Clock (ClockOr, SystemClock) for time that tests can move.
-//   - RouteReader: a layer that never reads Request.Route says so, and a
-//     front end whose routing costs (the HTTP middleware mounted before
-//     the router) skips finding the route when no layer reads it.
+// A layer implements Layer and, when its leases hold something, Releaser:
+// Acquire returns NewLease(releaser), with Cost, Quota (the limit, for
+// the RateLimit fields; Quota.Service for the service's own capacity,
+// Quota.DryRun for a limit in dry run) and flags (Over, DryRun, Fallback,
+// Waited), or a rejection built by Throttled or Shed, naming the layer.
+// A layer that never reads Request.Route says so (RouteReader). The rest
+// of the toolkit, which users of the layers need none of, is package
+// shed/layerkit: the verdict of an Enforcement (Decide), soft-overage
+// episodes, the priority wait queue, lease guards, and the gauges a layer
+// reports for metrics.
 //
 // Package shed/shedtest has a manual clock, test layers and RunLayerSuite,
 // the conformance suite every layer (ours and yours) should pass.

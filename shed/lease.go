@@ -158,6 +158,13 @@ type Quota struct {
 	// such limits to clients unless told to (the draft's security
 	// considerations).
 	Service bool
+	// DryRun is set on every quota of a layer in dry run
+	// (Enforcement.DryRun): the limit is decided and recorded, but
+	// enforced on nobody. HTTP front ends keep such quotas out of every
+	// field clients see, on admitted and on rejected requests, unless told
+	// to for testing (shedhttp.Config.ShowDryRun): a client that honours
+	// the fields would otherwise slow down to a limit nobody enforces.
+	DryRun bool
 }
 
 // IsZero reports whether q says nothing.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -135,21 +137,21 @@ func TestEnforcementDecide(t *testing.T) {
 						}
 						e := shed.Enforcement{Mode: mode, DryRun: dry, Action: action,
 							Headroom: shed.HeadroomFunc(func() float64 { return headroom })}
-						var ep shed.Episode
-						got := e.Decide(now, p.withinLimit, p.withinCeiling, &ep)
+						var ep layerkit.Episode
+						got := layerkit.Decide(&e, now, p.withinLimit, p.withinCeiling, &ep)
 
 						// What happens when the allowance does not apply.
-						refuse := shed.Deny
+						refuse := layerkit.Deny
 						switch {
 						case dry:
-							refuse = shed.AdmitDryRun
+							refuse = layerkit.AdmitDryRun
 						case action == shed.Queue:
-							refuse = shed.Wait
+							refuse = layerkit.Wait
 						}
-						var want shed.Verdict
+						var want layerkit.Verdict
 						switch p.name {
 						case "within":
-							want = shed.Admit
+							want = layerkit.Admit
 						case "over-ceiling":
 							want = refuse
 						case "over-within-ceiling":
@@ -157,11 +159,11 @@ func TestEnforcementDecide(t *testing.T) {
 							case shed.Hard:
 								want = refuse
 							case shed.Soft: // a fresh episode allows the overage
-								want = shed.AdmitOver
+								want = layerkit.AdmitOver
 							case shed.Elastic:
 								want = refuse
 								if roomy {
-									want = shed.AdmitOver
+									want = layerkit.AdmitOver
 								}
 							}
 						}
@@ -178,10 +180,10 @@ func TestEnforcementDecide(t *testing.T) {
 
 func TestDecideSoftWithoutEpisodeRefuses(t *testing.T) {
 	e := shed.Enforcement{Mode: shed.Soft}
-	if v := e.Decide(t0, false, true, nil); v != shed.Deny {
+	if v := layerkit.Decide(&e, t0, false, true, nil); v != layerkit.Deny {
 		t.Fatalf("soft with no episode tracker: %d, want Deny", v)
 	}
-	if v := e.Decide(t0, true, true, nil); v != shed.Admit {
+	if v := layerkit.Decide(&e, t0, true, true, nil); v != layerkit.Admit {
 		t.Fatalf("within the limit with no tracker: %d, want Admit", v)
 	}
 }
@@ -192,28 +194,28 @@ func TestDecideElasticHeadroomThreshold(t *testing.T) {
 	for _, tc := range []struct {
 		min  *float64
 		h    float64
-		want shed.Verdict
+		want layerkit.Verdict
 	}{
-		{nil, 0.2, shed.AdmitOver}, // default MinHeadroom 0.2, inclusive
-		{nil, 0.19, shed.Deny},
-		{new(0.5), 0.5, shed.AdmitOver},
-		{new(0.5), 0.49, shed.Deny},
-		{new(1.0), 1, shed.AdmitOver},
-		{new(0.0), 0, shed.AdmitOver}, // 0 can be set: the overage whatever the signal
+		{nil, 0.2, layerkit.AdmitOver}, // default MinHeadroom 0.2, inclusive
+		{nil, 0.19, layerkit.Deny},
+		{new(0.5), 0.5, layerkit.AdmitOver},
+		{new(0.5), 0.49, layerkit.Deny},
+		{new(1.0), 1, layerkit.AdmitOver},
+		{new(0.0), 0, layerkit.AdmitOver}, // 0 can be set: the overage whatever the signal
 	} {
 		e.MinHeadroom, h = tc.min, tc.h
-		if got := e.Decide(t0, false, true, nil); got != tc.want {
+		if got := layerkit.Decide(&e, t0, false, true, nil); got != tc.want {
 			t.Errorf("MinHeadroom %v, headroom %v: %d, want %d", tc.min, tc.h, got, tc.want)
 		}
 	}
 	// Snaps back as soon as the signal drops, with no memory.
 	e.MinHeadroom = nil
 	h = 0.9
-	if e.Decide(t0, false, true, nil) != shed.AdmitOver {
+	if layerkit.Decide(&e, t0, false, true, nil) != layerkit.AdmitOver {
 		t.Fatal("no overage with headroom")
 	}
 	h = 0
-	if e.Decide(t0, false, true, nil) != shed.Deny {
+	if layerkit.Decide(&e, t0, false, true, nil) != layerkit.Deny {
 		t.Fatal("overage without headroom")
 	}
 }
@@ -224,7 +226,7 @@ func TestElasticHasNoTimeLimit(t *testing.T) {
 	e := shed.Enforcement{Mode: shed.Elastic, OverageFor: time.Second,
 		Headroom: shed.HeadroomFunc(func() float64 { return 1 })}
 	for d := time.Duration(0); d <= 24*time.Hour; d += time.Minute {
-		if v := e.Decide(t0.Add(d), false, true, nil); v != shed.AdmitOver {
+		if v := layerkit.Decide(&e, t0.Add(d), false, true, nil); v != layerkit.AdmitOver {
 			t.Fatalf("elastic with headroom, %v into the overage: %d, want AdmitOver", d, v)
 		}
 	}
@@ -233,46 +235,46 @@ func TestElasticHasNoTimeLimit(t *testing.T) {
 func TestEpisodeCutsOffSoftOverage(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	e := shed.Enforcement{Mode: shed.Soft, OverageFor: 10 * time.Second}
-	var ep shed.Episode
-	over := func() shed.Verdict { return e.Decide(clock.Now(), false, true, &ep) }
+	var ep layerkit.Episode
+	over := func() layerkit.Verdict { return layerkit.Decide(&e, clock.Now(), false, true, &ep) }
 
-	if v := over(); v != shed.AdmitOver {
+	if v := over(); v != layerkit.AdmitOver {
 		t.Fatalf("start of overage: %d, want AdmitOver", v)
 	}
 	clock.Advance(5 * time.Second)
-	if v := over(); v != shed.AdmitOver {
+	if v := over(); v != layerkit.AdmitOver {
 		t.Fatalf("in the overage: %d, want AdmitOver", v)
 	}
 	clock.Advance(5 * time.Second)
-	if v := over(); v != shed.AdmitOver {
+	if v := over(); v != layerkit.AdmitOver {
 		t.Fatalf("at OverageFor: %d, want AdmitOver", v)
 	}
 	clock.Advance(time.Nanosecond)
-	if v := over(); v != shed.Deny {
+	if v := over(); v != layerkit.Deny {
 		t.Fatalf("past OverageFor: %d, want Deny", v)
 	}
 	// Within the limit does not end the episode: only a cool-down
 	// (default OverageFor) with no request over the limit does.
-	if v := e.Decide(clock.Now(), true, true, &ep); v != shed.Admit {
+	if v := layerkit.Decide(&e, clock.Now(), true, true, &ep); v != layerkit.Admit {
 		t.Fatalf("within the limit: %d, want Admit", v)
 	}
 	clock.Advance(10*time.Second - 1)
-	if v := over(); v != shed.Deny {
+	if v := over(); v != layerkit.Deny {
 		t.Fatalf("a new episode before the cool-down: %d, want Deny", v)
 	}
 	clock.Advance(10 * time.Second)
-	if v := over(); v != shed.AdmitOver {
+	if v := over(); v != layerkit.AdmitOver {
 		t.Fatalf("new episode after the cool-down: %d, want AdmitOver", v)
 	}
 	clock.Advance(5 * time.Second)
 	over()
 	clock.Advance(5*time.Second + 1)
-	if v := over(); v != shed.Deny {
+	if v := over(); v != layerkit.Deny {
 		t.Fatalf("new episode past OverageFor: %d, want Deny", v)
 	}
 	// End forgets it all.
 	ep.End()
-	if v := over(); v != shed.AdmitOver {
+	if v := over(); v != layerkit.AdmitOver {
 		t.Fatalf("after End: %d, want AdmitOver", v)
 	}
 }
@@ -285,15 +287,15 @@ func TestEpisodeCutsOffSoftOverage(t *testing.T) {
 func TestSoftSustainedOverloadIsBoundedInTime(t *testing.T) {
 	for _, cool := range []time.Duration{0, 5 * time.Second, time.Minute} {
 		e := shed.Enforcement{Mode: shed.Soft, OverageFor: 30 * time.Second, OverageCooldown: cool}
-		var ep shed.Episode
+		var ep layerkit.Episode
 		at := t0
 		lastOver := time.Duration(-1)
 		for d := time.Duration(0); d < 2*time.Minute; d += 100 * time.Millisecond {
 			at = t0.Add(d)
-			if v := e.Decide(at, true, true, &ep); v != shed.Admit {
+			if v := layerkit.Decide(&e, at, true, true, &ep); v != layerkit.Admit {
 				t.Fatalf("cool-down %v, +%v within the limit: %d", cool, d, v)
 			}
-			if v := e.Decide(at, false, true, &ep); v == shed.AdmitOver {
+			if v := layerkit.Decide(&e, at, false, true, &ep); v == layerkit.AdmitOver {
 				lastOver = d
 			}
 		}
@@ -304,10 +306,10 @@ func TestSoftSustainedOverloadIsBoundedInTime(t *testing.T) {
 		if wait == 0 {
 			wait = 30 * time.Second // the default: OverageFor
 		}
-		if v := e.Decide(at.Add(wait-time.Millisecond), false, true, &ep); v != shed.Deny {
+		if v := layerkit.Decide(&e, at.Add(wait-time.Millisecond), false, true, &ep); v != layerkit.Deny {
 			t.Errorf("cool-down %v: a new episode %v after the overload: %d, want Deny", cool, wait-time.Millisecond, v)
 		}
-		if v := e.Decide(at.Add(2*wait), false, true, &ep); v != shed.AdmitOver {
+		if v := layerkit.Decide(&e, at.Add(2*wait), false, true, &ep); v != layerkit.AdmitOver {
 			t.Errorf("cool-down %v: no new episode after a quiet cool-down: %d", cool, v)
 		}
 	}
@@ -317,31 +319,31 @@ func TestSoftSustainedOverloadIsBoundedInTime(t *testing.T) {
 // only if both limits' episodes allow it, and both record it.
 func TestDecideOverEveryEpisode(t *testing.T) {
 	e := shed.Enforcement{Mode: shed.Soft, OverageFor: 10 * time.Second}
-	var key, all shed.Episode
+	var key, all layerkit.Episode
 	for d := time.Duration(0); d <= 10*time.Second; d += time.Second {
-		if v := e.DecideOver(t0.Add(d), true, &all); v != shed.AdmitOver { // the overall limit's episode
+		if v := layerkit.DecideOver(&e, t0.Add(d), true, &all); v != layerkit.AdmitOver { // the overall limit's episode
 			t.Fatalf("+%v: %d", d, v)
 		}
 	}
 	at := t0.Add(11 * time.Second)
-	if v := e.DecideOver(at, true, &key); v != shed.AdmitOver {
+	if v := layerkit.DecideOver(&e, at, true, &key); v != layerkit.AdmitOver {
 		t.Fatalf("the key's own episode: %d", v)
 	}
-	if v := e.DecideOver(at, true, &key, &all); v != shed.Deny {
+	if v := layerkit.DecideOver(&e, at, true, &key, &all); v != layerkit.Deny {
 		t.Fatalf("over both limits, the overall episode spent: %d, want Deny", v)
 	}
-	if v := e.DecideOver(at, false, &key); v != shed.Deny {
+	if v := layerkit.DecideOver(&e, at, false, &key); v != layerkit.Deny {
 		t.Fatalf("over the ceiling: %d, want Deny", v)
 	}
-	if v := e.DecideOver(at, true); v != shed.Deny {
+	if v := layerkit.DecideOver(&e, at, true); v != layerkit.Deny {
 		t.Fatalf("soft with no episode: %d, want Deny", v)
 	}
 	// key recorded the refused request at +11s: still in its own episode,
 	// which began at +11s; all recorded it too, so its cool-down restarted.
-	if v := e.DecideOver(t0.Add(20*time.Second), true, &all); v != shed.Deny {
+	if v := layerkit.DecideOver(&e, t0.Add(20*time.Second), true, &all); v != layerkit.Deny {
 		t.Fatalf("overall limit within its cool-down: %d, want Deny", v)
 	}
-	if v := e.DecideOver(t0.Add(20*time.Second), true, &key); v != shed.AdmitOver {
+	if v := layerkit.DecideOver(&e, t0.Add(20*time.Second), true, &key); v != layerkit.AdmitOver {
 		t.Fatalf("key within its episode: %d, want AdmitOver", v)
 	}
 }
@@ -349,20 +351,20 @@ func TestDecideOverEveryEpisode(t *testing.T) {
 func TestEpisodeDefaultOverageFor(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	e := shed.Enforcement{Mode: shed.Soft, Action: shed.Queue}
-	var ep shed.Episode
-	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
+	var ep layerkit.Episode
+	if v := layerkit.Decide(&e, clock.Now(), false, true, &ep); v != layerkit.AdmitOver {
 		t.Fatalf("%d", v)
 	}
 	clock.Advance(shed.DefaultOverageFor / 2)
-	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
+	if v := layerkit.Decide(&e, clock.Now(), false, true, &ep); v != layerkit.AdmitOver {
 		t.Fatalf("within the default OverageFor: %d, want AdmitOver", v)
 	}
 	clock.Advance(shed.DefaultOverageFor / 2)
-	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.AdmitOver {
+	if v := layerkit.Decide(&e, clock.Now(), false, true, &ep); v != layerkit.AdmitOver {
 		t.Fatalf("at the default OverageFor: %d, want AdmitOver", v)
 	}
 	clock.Advance(time.Millisecond)
-	if v := e.Decide(clock.Now(), false, true, &ep); v != shed.Wait {
+	if v := layerkit.Decide(&e, clock.Now(), false, true, &ep); v != layerkit.Wait {
 		t.Fatalf("past the default OverageFor with Queue: %d, want Wait", v)
 	}
 }
@@ -371,7 +373,7 @@ func TestEpisodeDefaultOverageFor(t *testing.T) {
 // deciding at once agree on one episode start.
 func TestEpisodeConcurrent(t *testing.T) {
 	e := shed.Enforcement{Mode: shed.Soft, OverageFor: time.Second}
-	var ep shed.Episode
+	var ep layerkit.Episode
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
@@ -379,7 +381,7 @@ func TestEpisodeConcurrent(t *testing.T) {
 			defer wg.Done()
 			for j := 0; j < 200; j++ {
 				at := t0.Add(time.Duration(j) * time.Millisecond)
-				if v := e.Decide(at, false, true, &ep); v != shed.AdmitOver {
+				if v := layerkit.Decide(&e, at, false, true, &ep); v != layerkit.AdmitOver {
 					t.Errorf("goroutine %d at +%dms: %d, want AdmitOver", i, j, v)
 					return
 				}
@@ -387,7 +389,7 @@ func TestEpisodeConcurrent(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	if v := e.Decide(t0.Add(1001*time.Millisecond), false, true, &ep); v != shed.Deny {
+	if v := layerkit.Decide(&e, t0.Add(1001*time.Millisecond), false, true, &ep); v != layerkit.Deny {
 		t.Fatalf("after the shared episode ran out: %d, want Deny", v)
 	}
 }
@@ -395,12 +397,12 @@ func TestEpisodeConcurrent(t *testing.T) {
 func TestDecideAllocatesNothing(t *testing.T) {
 	e := shed.Enforcement{Mode: shed.Elastic, Headroom: shed.HeadroomFunc(func() float64 { return 1 })}
 	soft := shed.Enforcement{Mode: shed.Soft}
-	var ep shed.Episode
+	var ep layerkit.Episode
 	allocs := testing.AllocsPerRun(1000, func() {
-		e.Decide(t0, false, true, nil)
-		soft.Decide(t0, false, true, &ep)
-		soft.Decide(t0, true, true, &ep)
-		soft.DecideOver(t0, true, &ep, &ep)
+		layerkit.Decide(&e, t0, false, true, nil)
+		layerkit.Decide(&soft, t0, false, true, &ep)
+		layerkit.Decide(&soft, t0, true, true, &ep)
+		layerkit.DecideOver(&soft, t0, true, &ep, &ep)
 	})
 	if allocs != 0 {
 		t.Fatalf("Decide allocates %v times", allocs)
@@ -412,7 +414,7 @@ func TestDecideAllocatesNothing(t *testing.T) {
 // is still exceeded from cooling down.
 func TestEpisodeBudget(t *testing.T) {
 	const length, cool = 10 * time.Second, 20 * time.Second
-	var ep shed.Episode
+	var ep layerkit.Episode
 	over := func(d time.Duration) bool { return ep.Over(t0.Add(d), length, cool) }
 	if !over(0) {
 		t.Fatal("first overage refused")
@@ -427,7 +429,7 @@ func TestEpisodeBudget(t *testing.T) {
 	if over(100 * time.Second) {
 		t.Fatal("a new episode 10s after the limit was last exceeded")
 	}
-	var fresh shed.Episode
+	var fresh layerkit.Episode
 	fresh.Hold(t0)
 	if !fresh.Over(t0.Add(time.Second), length, cool) {
 		t.Fatal("Hold before any Over must not block the first episode")

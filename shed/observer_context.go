@@ -33,8 +33,3 @@ func (c *Chain) observe(ctx context.Context, e Event) {
 	}
 	c.obs.Observe(e)
 }
-
-// GaugeStoreErrors is a cumulative reading a Redis-backed layer reports
-// through GaugeReporter: calls to its shared store that failed since it
-// started. Adapters export a Gauge whose name ends in "_total" as a counter.
-const GaugeStoreErrors = "store_errors_total"

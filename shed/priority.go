@@ -71,8 +71,9 @@ func (p Priority) String() string {
 }
 
 // ParsePriority parses a priority word, ignoring case. "test", "testmode" and
-// "test_mode" are accepted for test-mode. An unknown word is an error naming
-// the valid ones.
+// "test_mode" are accepted for test-mode. An unknown word gives Unset (so
+// that a caller ignoring the error does not take it for Default) and an
+// error naming the valid ones.
 func ParsePriority(s string) (Priority, error) {
 	w := strings.ToLower(strings.TrimSpace(s))
 	switch w {
@@ -85,7 +86,7 @@ func ParsePriority(s string) (Priority, error) {
 	case "test-mode", "testmode", "test_mode", "test":
 		return TestMode, nil
 	}
-	return Default, fmt.Errorf("shed: unknown priority %q (valid: critical, default, sheddable, test-mode)", s)
+	return Unset, fmt.Errorf("shed: unknown priority %q (valid: critical, default, sheddable, test-mode)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler. Unset marshals as the

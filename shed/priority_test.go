@@ -73,8 +73,8 @@ func TestPriorityStringAndParse(t *testing.T) {
 func TestParsePriorityUnknownNamesValid(t *testing.T) {
 	for _, in := range []string{"", "urgent", "crit", "1", "test mode"} {
 		p, err := shed.ParsePriority(in)
-		if err == nil {
-			t.Fatalf("ParsePriority(%q) = %v, nil; want an error", in, p)
+		if err == nil || p != shed.Unset {
+			t.Fatalf("ParsePriority(%q) = %v, %v; want Unset and an error", in, p, err)
 		}
 		msg := err.Error()
 		for _, w := range []string{"critical", "default", "sheddable", "test-mode"} {

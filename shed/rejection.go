@@ -24,8 +24,9 @@ var ErrRejected = errors.New("shed: request rejected")
 // Rejection is a layer's "no". Use errors.As to get it from an error returned
 // by Acquire, the chain or Do.
 type Rejection struct {
-	// Layer names the layer that rejected the request; the chain fills it
-	// in (empty from a layer called directly).
+	// Layer names the layer that rejected the request. Layers name
+	// themselves, so that a rejection of a layer called outside a chain
+	// says whose it is; the chain fills it in for those that do not.
 	Layer string
 	// Status is the HTTP status to answer with: StatusTooManyRequests (429)
 	// when the client went over its own limit, StatusServiceUnavailable
@@ -59,7 +60,11 @@ func (r *Rejection) Error() string {
 		b.WriteString(r.Layer)
 	}
 	b.WriteString(" rejected ")
-	b.WriteString(r.Priority.String())
+	if r.Priority == Unset {
+		b.WriteString("a")
+	} else {
+		b.WriteString(r.Priority.String())
+	}
 	b.WriteString(" request (")
 	b.WriteString(strconv.Itoa(r.Status))
 	b.WriteString("): ")

@@ -15,11 +15,13 @@ import (
 
 // A per-client rate limit and in-flight cap on a chi router.
 func ExampleLimit() {
-	r := chi.NewRouter()
-	r.Use(shedhttp.Limit(
+	limit := shedhttp.Limit(
 		ratelimit.PerKey(2, time.Minute), // 2 requests a minute per client
 		concurrency.PerKey(10),           // 10 in flight per client
-	))
+	)
+	defer limit.Close() // stops the layers' sweepers once the router is done with
+	r := chi.NewRouter()
+	r.Use(limit)
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
 
 	for range 3 {

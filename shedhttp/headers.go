@@ -345,8 +345,9 @@ type policySets struct {
 	last atomic.Pointer[policySet]
 	mu   sync.Mutex
 	m    atomic.Pointer[map[uint64]*policySet]
-	// disclose is Config.DiscloseCapacity.
-	disclose bool
+	// show is which quotas go into the fields (Config.DiscloseCapacity,
+	// Config.ShowDryRun).
+	show fieldFilter
 }
 
 // policySet is one cached set; immutable once published.
@@ -354,8 +355,8 @@ type policySet struct {
 	keys   []policyKey
 	policy string   // the RateLimit-Policy value
 	starts []string // appendLimitStart of each quota, in order
-	// disclose is the owning policySets' Config.DiscloseCapacity.
-	disclose bool
+	// show is the owning policySets' show.
+	show fieldFilter
 }
 
 // policyKey is what a RateLimit-Policy item depends on.
@@ -365,13 +366,38 @@ type policyKey struct {
 	window time.Duration
 }
 
-func newPolicySets(disclose bool) *policySets {
-	return &policySets{seed: maphash.MakeSeed(), disclose: disclose}
+func newPolicySets(show fieldFilter) *policySets {
+	return &policySets{seed: maphash.MakeSeed(), show: show}
 }
 
-// shown reports whether q goes into the fields clients see: a quota, and
-// not the service's own capacity unless Config.DiscloseCapacity says so.
-func shown(q *shed.Quota, disclose bool) bool { return !q.IsZero() && (disclose || !q.Service) }
+// fieldFilter says which quotas, beyond the client's enforced ones, go
+// into the fields clients see.
+type fieldFilter uint8
+
+const (
+	// showService: the service's own capacity (Config.DiscloseCapacity).
+	showService fieldFilter = 1 << iota
+	// showDryRun: limits in dry run (Config.ShowDryRun).
+	showDryRun
+)
+
+func newFieldFilter(disclose, dryRun bool) fieldFilter {
+	var f fieldFilter
+	if disclose {
+		f |= showService
+	}
+	if dryRun {
+		f |= showDryRun
+	}
+	return f
+}
+
+// shown reports whether q goes into the fields clients see: a quota, not
+// the service's own capacity unless Config.DiscloseCapacity says so, and
+// not a limit in dry run (nobody enforces it) unless Config.ShowDryRun does.
+func shown(q *shed.Quota, f fieldFilter) bool {
+	return !q.IsZero() && (f&showService != 0 || !q.Service) && (f&showDryRun != 0 || !q.DryRun)
+}
 
 // lookup returns the set of the leases' quotas (at least one is not
 // zero), or nil when it is not cached and the cache is full.
@@ -392,7 +418,7 @@ func (c *policySets) lookup(leases []shed.Lease) *policySet {
 func (c *policySets) find(leases []shed.Lease) *policySet {
 	var h uint64
 	for i := range leases {
-		if q := &leases[i].Quota; shown(q, c.disclose) {
+		if q := &leases[i].Quota; shown(q, c.show) {
 			h = (h ^ maphash.String(c.seed, q.Policy) ^ uint64(q.Limit)*0x9e3779b97f4a7c15 ^ uint64(q.Window)*0xc2b2ae3d27d4eb4f) * 0x100000001b3
 		}
 	}
@@ -408,7 +434,7 @@ func (s *policySet) matches(leases []shed.Lease) bool {
 	j := 0
 	for i := range leases {
 		q := &leases[i].Quota
-		if !shown(q, s.disclose) {
+		if !shown(q, s.show) {
 			continue
 		}
 		if j == len(s.keys) {
@@ -439,11 +465,11 @@ func (c *policySets) add(h uint64, leases []shed.Lease) *policySet {
 	if n >= maxCachedPolicySets {
 		return nil
 	}
-	s := &policySet{disclose: c.disclose}
+	s := &policySet{show: c.show}
 	var policy []byte
 	for i := range leases {
 		q := &leases[i].Quota
-		if !shown(q, c.disclose) {
+		if !shown(q, c.show) {
 			continue
 		}
 		if len(s.keys) > 0 {

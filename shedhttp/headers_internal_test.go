@@ -65,7 +65,7 @@ func TestFieldValuesDoNotShareBytes(t *testing.T) {
 // BenchmarkWriteLeaseFields prices the RateLimit fields of an admitted
 // request alone: one quota among four leases, into a reused header map.
 func BenchmarkWriteLeaseFields(b *testing.B) {
-	m := &middleware{sets: newPolicySets(false)}
+	m := &middleware{sets: newPolicySets(0)}
 	leases := make([]shed.Lease, 4)
 	leases[0].Quota = shed.Quota{Policy: "per-key", Limit: 100, Window: 60e9, Remaining: 42, Reset: 17e9}
 	h := make(map[string][]string)
@@ -77,7 +77,7 @@ func BenchmarkWriteLeaseFields(b *testing.B) {
 }
 
 func TestPolicySets(t *testing.T) {
-	c := newPolicySets(false)
+	c := newPolicySets(0)
 	leases := func(qs ...shed.Quota) []shed.Lease {
 		ls := make([]shed.Lease, len(qs)+1) // a lease without a quota among them
 		for i, q := range qs {
@@ -137,7 +137,7 @@ func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 			ls[i].Quota, ls[i].Over = qs[i], i == 1
 			policy, limit = appendQuota(policy, limit, &qs[i], i == 1)
 		}
-		m := &middleware{sets: newPolicySets(false)}
+		m := &middleware{sets: newPolicySets(0)}
 		for range 2 { // a miss, then a hit
 			h := http.Header{}
 			m.writeLeaseFields(h, ls, false)
@@ -155,7 +155,7 @@ func TestWriteLeaseFieldsMatchesBuilder(t *testing.T) {
 // goroutine, as a layer whose tightest policy changes from request to
 // request makes the middleware do.
 func BenchmarkPolicySetsAlternating(b *testing.B) {
-	c := newPolicySets(false)
+	c := newPolicySets(0)
 	sets := [2][]shed.Lease{make([]shed.Lease, 2), make([]shed.Lease, 2)}
 	sets[0][0].Quota = shed.Quota{Policy: "per-key", Limit: 10}
 	sets[1][0].Quota = shed.Quota{Policy: "overall", Limit: 100}

@@ -117,6 +117,12 @@ type Config struct {
 	// considerations advise against telling clients what the service can
 	// take. The client's own quotas are always shown.
 	DiscloseCapacity bool
+	// ShowDryRun adds the quotas of layers in dry run (shed.Quota.DryRun)
+	// to the fields and problem documents clients see. Off by default, and
+	// meant for testing a new limit: a dry-run limit is enforced on
+	// nobody, so a client that honoured its fields would slow down for
+	// nothing.
+	ShowDryRun bool
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (a Unix time) for the tightest rate quota (the one
 	// with the fewest units left among those with a window; a limit on
@@ -146,7 +152,7 @@ type middleware struct {
 	onReject  func(http.ResponseWriter, *http.Request, *shed.Rejection)
 	skip      func(*http.Request) bool
 	legacy    bool
-	disclose  bool
+	show      fieldFilter
 	clock     shed.Clock
 	states    sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
@@ -222,7 +228,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 	m := &middleware{
 		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, keyError: cfg.KeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
-		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, disclose: cfg.DiscloseCapacity,
+		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, show: newFieldFilter(cfg.DiscloseCapacity, cfg.ShowDryRun),
 		clock: shed.ClockOr(cfg.Clock),
 	}
 	if m.key == nil {
@@ -233,7 +239,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 	}
 	m.table.rules = rules
 	m.needRoute = len(rules.exact) > 0 || len(rules.prefixes) > 0 || c.ReadsRoute()
-	m.sets = newPolicySets(m.disclose)
+	m.sets = newPolicySets(m.show)
 	m.states.New = func() any { return new(httpState) }
 	return m, nil
 }
@@ -270,7 +276,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if leases := st.grant.Leases(); len(leases) > 0 {
-		if show, more := quotaFields(leases, m.disclose); show {
+		if show, more := quotaFields(leases, m.show); show {
 			m.writeLeaseFields(w.Header(), leases, more)
 		}
 	}
@@ -293,9 +299,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // quotaFields reports, in one pass, whether the leases carry a quota the
 // fields show, and whether one of them stands for several
 // (shed.Lease.MoreQuotas).
-func quotaFields(leases []shed.Lease, disclose bool) (show, more bool) {
+func quotaFields(leases []shed.Lease, f fieldFilter) (show, more bool) {
 	for i := range leases {
-		show = show || shown(&leases[i].Quota, disclose)
+		show = show || shown(&leases[i].Quota, f)
 		more = more || leases[i].MoreQuotas
 	}
 	return show, more
@@ -319,7 +325,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease, more b
 	var t tightest
 	j := 0
 	for i := range leases {
-		if q := &leases[i].Quota; shown(q, m.disclose) {
+		if q := &leases[i].Quota; shown(q, m.show) {
 			if j > 0 {
 				b = append(b, ", "...)
 			}
@@ -356,7 +362,7 @@ func (m *middleware) writeLeaseFieldsSlow(h http.Header, leases []shed.Lease) {
 	policy, limit := pb[:0], lb[:0]
 	var t tightest
 	for i := range leases {
-		if q := &leases[i].Quota; shown(q, m.disclose) {
+		if q := &leases[i].Quota; shown(q, m.show) {
 			policy, limit = appendQuota(policy, limit, q, leases[i].Over)
 			t.see(q)
 		}
@@ -464,7 +470,7 @@ func (m *middleware) rejected(w http.ResponseWriter, r *http.Request, err error)
 		m.onReject(w, r, rej)
 		return
 	}
-	writeRejection(w, rej, m.legacy, m.disclose, m.now(), &m.policies)
+	writeRejection(w, rej, m.legacy, m.show, m.now(), &m.policies)
 }
 
 // asRejection is errors.As for a wrapped rejection, apart so that the

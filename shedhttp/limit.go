@@ -16,13 +16,74 @@ import (
 //		concurrency.PerKey(10),             // 10 in flight per client
 //	))
 //
+// The middleware owns its layers: Close closes them (see Middleware).
+// Config.Limit is the same with a key, route priorities, requests to skip
+// or any other setting.
+//
 // It panics when the layers do not make a chain (none, a nil one, more
-// than shed.MaxLayers), as MustNew does. Use shed.NewChain and New for
-// keys, trusted proxies, route priorities and the rest.
-func Limit(layers ...shed.Layer) func(http.Handler) http.Handler {
+// than shed.MaxLayers), as MustNew does.
+func Limit(layers ...shed.Layer) Middleware { return Config{}.Limit(layers...) }
+
+// Limit is the package's Limit with c's settings: the one-liner grown by
+// the options it needs, such as
+//
+//	r.Use(shedhttp.Config{
+//		Key:        shedhttp.KeyHeader("X-API-Key"),                      // who is asking
+//		Priorities: shedhttp.RoutePriorities{"/v1/reports/*": shed.Sheddable}, // shed first
+//		Skip:       func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+//	}.Limit(
+//		ratelimit.PerKey(100, time.Minute),
+//		concurrency.PerKey(10),
+//	))
+//
+// It is shed.NewChain of the layers, then MustNew of the chain and c, in
+// one call; build them apart to share a chain between routers, to give
+// the chain an observer, or to get errors instead of panics. It panics
+// when the layers do not make a chain or c is invalid, as MustNew does.
+func (c Config) Limit(layers ...shed.Layer) Middleware {
 	chain, err := shed.NewChain(shed.Config{Layers: layers})
 	if err != nil {
 		panic(err)
 	}
-	return MustNew(chain, Config{})
+	mw, err := New(chain, c)
+	if err != nil {
+		panic(err)
+	}
+	return owning(chain, mw)
+}
+
+// Middleware is net/http middleware that owns the chain it runs: what
+// Limit returns. It is a func(http.Handler) http.Handler, so chi's r.Use
+// and r.With take it as it is.
+type Middleware func(http.Handler) http.Handler
+
+// Close closes the layers of the middleware's chain (shed.Chain.Close):
+// the sweepers of in-memory stores, a worker layer's sampler, a fleet
+// layer's tick. Call it when the handlers built from the middleware are
+// done with, such as a test's or a reloaded router's; handlers still
+// serving go on deciding, on state that is no longer swept or sampled.
+func (m Middleware) Close() error {
+	var c closeRequest
+	m(&c)
+	return c.err
+}
+
+// closeRequest is the handler Middleware.Close passes to its own
+// function: instead of wrapping it, the function closes its chain. A
+// Middleware is a func, so that it fits r.Use; this is how one reaches
+// the chain it holds.
+type closeRequest struct {
+	http.Handler
+	err error
+}
+
+// owning returns mw as a Middleware that closes chain on Close.
+func owning(chain *shed.Chain, mw func(http.Handler) http.Handler) Middleware {
+	return func(next http.Handler) http.Handler {
+		if c, ok := next.(*closeRequest); ok {
+			c.err = chain.Close()
+			return nil
+		}
+		return mw(next)
+	}
 }

@@ -29,9 +29,9 @@ func TestEveryRulePolicyIsListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer perRoute.Close()
-	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+	layer, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
 		{Name: "per-route", Descriptors: []ratelimit.Descriptor{ratelimit.ByRoute}, Store: perRoute},
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 	}})
 	if err != nil {
 		t.Fatal(err)

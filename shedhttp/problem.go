@@ -38,14 +38,14 @@ var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 // rejection's client-safe fields, never an internal error's text. Use it
 // from an OnReject that logs, counts or adds headers of its own first.
 func WriteRejection(w http.ResponseWriter, rej *shed.Rejection) {
-	writeRejection(w, rej, false, false, time.Time{}, &rejectionPolicies)
+	writeRejection(w, rej, false, 0, time.Time{}, &rejectionPolicies)
 }
 
 // rejectionPolicies caches the RateLimit-Policy values of WriteRejection
 // called on its own (from an OnReject).
 var rejectionPolicies policyCache
 
-func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy, disclose bool, now time.Time, policies *policyCache) {
+func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, show fieldFilter, now time.Time, policies *policyCache) {
 	h := w.Header()
 	pv := new(problemValues)
 	if s := rej.RetryAfterSeconds(); s > 0 {
@@ -59,7 +59,7 @@ func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy, disclose
 	violated := sb[:0]
 	for i := range rej.Policies {
 		q := rej.Policies[i]
-		if !shown(&q, disclose) {
+		if !shown(&q, show) {
 			continue
 		}
 		// The draft asks that Retry-After not point before the end of the

@@ -49,7 +49,7 @@ func ParseRoutePriorities(words map[string]string) (RoutePriorities, error) {
 // priority p (WithPriority), for a shedder mounted after it on the same
 // route or group:
 //
-//	r.With(shed.Prioritize(shed.Critical), shedder).Post("/v1/charges", h)
+//	r.With(shedhttp.Prioritize(shed.Critical), shedder).Post("/v1/charges", h)
 //
 // A priority in the context wins over RoutePriorities. An invalid p leaves
 // requests as they are. With the shedder mounted by r.Use at the top,

@@ -116,8 +116,8 @@ func Example_redisotel() {
 	if err != nil {
 		panic(err)
 	}
-	limits, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: store},
+	limits, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: store},
 	}})
 	if err != nil {
 		panic(err)

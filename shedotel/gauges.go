@@ -9,6 +9,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // gaugeInstrument is one observable instrument and the catalog entry it
@@ -23,9 +24,9 @@ type gaugeInstrument struct {
 // standard names and any other the layers report now) and one callback that
 // reads every layer. It returns nil when no layer reports gauges.
 func registerGauges(meter metric.Meter, layers []shed.Layer) (metric.Registration, error) {
-	var reporters []shed.GaugeReporter
+	var reporters []layerkit.GaugeReporter
 	for _, l := range layers {
-		if r, ok := l.(shed.GaugeReporter); ok {
+		if r, ok := l.(layerkit.GaugeReporter); ok {
 			reporters = append(reporters, r)
 		}
 	}
@@ -57,7 +58,7 @@ func registerGauges(meter metric.Meter, layers []shed.Layer) (metric.Registratio
 		add(m.Gauge)
 	}
 	for _, r := range reporters {
-		r.ReportGauges(func(x shed.Gauge) {
+		r.ReportGauges(func(x layerkit.Gauge) {
 			if telemetry.ValidGaugeName(x.Name) {
 				add(x.Name)
 			}
@@ -68,7 +69,7 @@ func registerGauges(meter metric.Meter, layers []shed.Layer) (metric.Registratio
 	}
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, r := range reporters {
-			r.ReportGauges(func(x shed.Gauge) {
+			r.ReportGauges(func(x layerkit.Gauge) {
 				g, ok := byName[x.Name]
 				if !ok {
 					return
@@ -85,7 +86,7 @@ func registerGauges(meter metric.Meter, layers []shed.Layer) (metric.Registratio
 	}, observables...)
 }
 
-func attributesOf(m telemetry.Metric, g shed.Gauge) attribute.Set {
+func attributesOf(m telemetry.Metric, g layerkit.Gauge) attribute.Set {
 	vs := m.LabelValues(g)
 	kvs := make([]attribute.KeyValue, len(vs))
 	for i, v := range vs {

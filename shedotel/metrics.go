@@ -2,6 +2,10 @@
 // on a MeterProvider the caller passes (the global one by default), and each
 // decision as an event on the request's current span.
 //
+//	metrics, err := shedotel.NewMetrics(shedotel.Config{MeterProvider: mp, Layers: layers}) // mp nil: the global one
+//	chain, err := shed.NewChain(shed.Config{Layers: layers,
+//		Observer: shed.Observers{metrics, shedotel.SpanEvents{}}})
+//
 // Metrics is a shed.Observer; SpanEvents is a shed.ContextObserver. Give the
 // chain both with shed.Observers{metrics, shedotel.SpanEvents{}}. Where a
 // trace should show each layer as a span of its own (where a request
@@ -25,7 +29,7 @@
 // Attributes are drawn from bounded sets only: layer, policy, priority,
 // result (admitted, rejected, would_reject, canceled), status, fallback, over,
 // outcome, signal. The gauges are read from layers implementing
-// shed.GaugeReporter when the MeterProvider collects, never on the request
+// layerkit.GaugeReporter when the MeterProvider collects, never on the request
 // path.
 package shedotel
 
@@ -51,7 +55,7 @@ type Config struct {
 	// MeterProvider creates the meter (default otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
 	// Layers are read at each collection when they implement
-	// shed.GaugeReporter (others are skipped). Gauge names outside shed's
+	// layerkit.GaugeReporter (others are skipped). Gauge names outside shed's
 	// standard set are recorded when a layer reports them here, at NewMetrics.
 	Layers []shed.Layer
 }

@@ -19,7 +19,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	// Layers lets the adapter read their state (shed.GaugeReporter) at each scrape.
+	// Layers lets the adapter read their state (layerkit.GaugeReporter) at each scrape.
 	metrics, err := shedprom.New(shedprom.Config{Registerer: reg, Layers: []shed.Layer{inFlight}})
 	if err != nil {
 		panic(err)

@@ -7,11 +7,12 @@ import (
 
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
-// gauges reads the layers' shed.Gauge readings at each scrape.
+// gauges reads the layers' layerkit.Gauge readings at each scrape.
 type gauges struct {
-	reporters []shed.GaugeReporter
+	reporters []layerkit.GaugeReporter
 	byName    map[string]gaugeDesc
 }
 
@@ -25,7 +26,7 @@ type gaugeDesc struct {
 func newGauges(layers []shed.Layer) *gauges {
 	g := &gauges{byName: map[string]gaugeDesc{}}
 	for _, l := range layers {
-		if r, ok := l.(shed.GaugeReporter); ok {
+		if r, ok := l.(layerkit.GaugeReporter); ok {
 			g.reporters = append(g.reporters, r)
 		}
 	}
@@ -47,7 +48,7 @@ func newGauges(layers []shed.Layer) *gauges {
 		add(m.Gauge)
 	}
 	for _, r := range g.reporters {
-		r.ReportGauges(func(x shed.Gauge) {
+		r.ReportGauges(func(x layerkit.Gauge) {
 			if telemetry.ValidGaugeName(x.Name) {
 				add(x.Name)
 			}
@@ -73,7 +74,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	seen := map[series]prometheus.Metric{}
 	var order []series
 	for _, r := range g.reporters {
-		r.ReportGauges(func(x shed.Gauge) {
+		r.ReportGauges(func(x layerkit.Gauge) {
 			d, ok := g.byName[x.Name]
 			if !ok {
 				return

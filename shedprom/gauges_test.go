@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 	"github.com/loadshed/loadshed/shedprom"
 )
@@ -15,18 +17,18 @@ import (
 // reporter reports whatever its readings are at the time of the call.
 type reporter struct {
 	*shedtest.Layer
-	readings []shed.Gauge
+	readings []layerkit.Gauge
 }
 
-func (r *reporter) ReportGauges(emit func(shed.Gauge)) {
+func (r *reporter) ReportGauges(emit func(layerkit.Gauge)) {
 	for _, g := range r.readings {
 		emit(g)
 	}
 }
 
 func TestGaugesAreReadAtScrape(t *testing.T) {
-	r := &reporter{Layer: shedtest.NewLayer("pool"), readings: []shed.Gauge{
-		{Layer: "pool", Name: shed.GaugeInFlight, Value: 1},
+	r := &reporter{Layer: shedtest.NewLayer("pool"), readings: []layerkit.Gauge{
+		{Layer: "pool", Name: layerkit.GaugeInFlight, Value: 1},
 		{Layer: "pool", Name: "warm_connections", Value: 2}, // not standard, reported at New: exported
 	}}
 	reg := prometheus.NewRegistry()
@@ -35,13 +37,13 @@ func TestGaugesAreReadAtScrape(t *testing.T) {
 	}
 	// Later readings: a changed value, a duplicate (the last counts), a
 	// name first seen now (dropped: it was not described), a bad name.
-	r.readings = []shed.Gauge{
-		{Layer: "pool", Name: shed.GaugeInFlight, Value: 5},
-		{Layer: "pool", Name: shed.GaugeInFlight, Value: 7},
+	r.readings = []layerkit.Gauge{
+		{Layer: "pool", Name: layerkit.GaugeInFlight, Value: 5},
+		{Layer: "pool", Name: layerkit.GaugeInFlight, Value: 7},
 		{Layer: "pool", Name: "warm_connections", Priority: shed.Critical, Value: 3},
 		{Layer: "pool", Name: "late_reading", Value: 1},
 		{Layer: "pool", Name: "Bad-Name", Value: 1},
-		{Layer: "pool", Name: shed.GaugeStoreErrors, Value: 4},
+		{Layer: "pool", Name: layerkit.GaugeStoreErrors, Value: 4},
 	}
 	const want = `
 # HELP loadshed_in_flight Requests holding a lease at the layer now, as the layer counts them.

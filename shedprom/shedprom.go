@@ -1,10 +1,15 @@
 // Package shedprom exports loadshed's decisions and layer state as Prometheus
 // metrics, with client_golang, on a Registerer the caller passes.
 //
+//	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
+//	metrics, err := shedprom.New(shedprom.Config{Registerer: reg, Layers: layers})
+//	chain, err := shed.NewChain(shed.Config{Layers: layers, Observer: metrics})
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
 // A Metrics is a shed.Observer: give it to the chain (shed.Config.Observer)
 // and every decision and release is counted, with labels drawn from bounded
 // sets only (layer, policy, priority, result, status, outcome: never a key or
-// a raw path). Layers that implement shed.GaugeReporter are read when the
+// a raw path). Layers that implement layerkit.GaugeReporter are read when the
 // registry is scraped, never on the request path.
 //
 // The series are those OpenTelemetry's Prometheus translation gives for the
@@ -45,7 +50,7 @@ type Config struct {
 	// Registerer receives the collectors. Required: pass
 	// prometheus.DefaultRegisterer to use the global registry.
 	Registerer prometheus.Registerer
-	// Layers are read at each scrape when they implement shed.GaugeReporter
+	// Layers are read at each scrape when they implement layerkit.GaugeReporter
 	// (others are skipped). Gauge names outside shed's standard set are
 	// exported when a layer reports them here, at New.
 	Layers []shed.Layer

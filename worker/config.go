@@ -50,7 +50,7 @@ type Config struct {
 
 	// Enforcement: Hard (default) or Soft mode, dry run, and the action on
 	// "over": Reject (503 at once) or Queue (wait for a worker, or for the
-	// shed level to fall, in a shed.WaitQueue). Soft admits a request of the
+	// shed level to fall, in a layerkit.WaitQueue). Soft admits a request of the
 	// marginal priority (the one shed only in part) or one over the worker
 	// budget by at most Overage, for at most OverageFor per episode. Elastic
 	// is refused: it would read this layer's own headroom.

@@ -16,7 +16,7 @@
 // Config.ShedCritical says so). Its CPU and scheduler latency signals shed
 // by priority too, before the queue, when the CPU is saturated. Layer
 // implements shed.Layer (named "worker"), and also shed.Headroom, the
-// signal elastic limits of the other layers read, and shed.GaugeReporter.
+// signal elastic limits of the other layers read, and layerkit.GaugeReporter.
 //
 // # Which set-up
 //
@@ -155,7 +155,7 @@
 // sampler as one atomic value: one load and a comparison, plus a random
 // draw for the marginal priority. A shed request gets a 503 (Reason
 // "temporary-reduced-capacity") with Retry-After (Config.RetryAfter), or,
-// with the Queue action, waits in a shed.WaitQueue until the level admits
+// with the Queue action, waits in a layerkit.WaitQueue until the level admits
 // its priority, highest priority first. Dry run admits it and marks the
 // lease; soft mode admits the marginal priority's share for at most
 // Enforcement.OverageFor per episode.

@@ -84,12 +84,12 @@ func ExampleLayer_Headroom() {
 
 	perKey, _ := ratelimit.NewMemory(ratelimit.FixedWindow, ratelimit.PerMinute(2), ratelimit.MemoryConfig{Clock: clock})
 	defer perKey.Close()
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{
+	rate, err := ratelimit.New(ratelimit.Config{
 		Clock: clock,
 		// Up to 50% over the limit while the worker layer reports at
 		// least 20% headroom (shed.DefaultMinHeadroom).
 		Enforcement: shed.Enforcement{Mode: shed.Elastic, Overage: 0.5, Headroom: work},
-		Rules:       []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey}},
+		Rules:       []ratelimit.Rule{{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey}},
 	})
 	if err != nil {
 		panic(err)

@@ -12,10 +12,11 @@ import (
 
 	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Layer is the worker-utilization load shedder. It implements shed.Layer,
-// shed.Releaser, shed.Headroom and shed.GaugeReporter, and is safe for
+// shed.Releaser, shed.Headroom and layerkit.GaugeReporter, and is safe for
 // concurrent use. Close stops its sampler.
 type Layer struct {
 	// state is what the request path reads, published by the sampler as one
@@ -39,11 +40,11 @@ type Layer struct {
 	// that the newest-first order queue takes under sustained overload
 	// (adaptive LIFO, short waits for the lower priorities it serves)
 	// never lengthens the tail of critical requests.
-	critical *shed.WaitQueue
+	critical *layerkit.WaitQueue
 	yield    bool
 	protect  int // priorities with this Index or above are never refused
-	queue    *shed.WaitQueue
-	ep       shed.Episode
+	queue    *layerkit.WaitQueue
+	ep       layerkit.Episode
 	budget   Budget
 	grants   sync.Pool // *grant
 
@@ -105,10 +106,10 @@ type snapshot struct {
 const headroomScale = 1 << 30
 
 var (
-	_ shed.Layer         = (*Layer)(nil)
-	_ shed.Releaser      = (*Layer)(nil)
-	_ shed.Headroom      = (*Layer)(nil)
-	_ shed.GaugeReporter = (*Layer)(nil)
+	_ shed.Layer             = (*Layer)(nil)
+	_ shed.Releaser          = (*Layer)(nil)
+	_ shed.Headroom          = (*Layer)(nil)
+	_ layerkit.GaugeReporter = (*Layer)(nil)
 )
 
 // New checks cfg, detects the CPU budget (unless cfg.CPU says it), and
@@ -169,13 +170,13 @@ func New(cfg Config) (*Layer, error) {
 			// newest first once the queue has stood for half a second.
 			qc.MaxLength, qc.MaxWait, qc.AdaptiveLIFO = limitQueueCap, limitQueueMaxWait, true
 		}
-		q, err := shed.NewWaitQueue(qc)
+		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
 		}
 		l.queue = q
 		if l.lim != nil {
-			l.critical, _ = shed.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
+			l.critical, _ = layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
 		}
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
@@ -394,7 +395,7 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		return shed.NewLease(l), nil
 	}
 	// Admissions within the limit leave the soft episode alone (see
-	// shed.Episode): under sustained overload there is one episode, then
+	// layerkit.Episode): under sustained overload there is one episode, then
 	// the hard limit until the load abates.
 	cost := req.Units()
 	if !l.takeWithin(cost, l.workerBudget(v)) {
@@ -473,8 +474,8 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	if w == overBudget {
 		within = l.inflight.Load() <= l.enf.Ceiling(l.workerBudget(0))-cost
 	}
-	switch l.enf.Decide(now, false, within, &l.ep) {
-	case shed.AdmitOver:
+	switch layerkit.Decide(&l.enf, now, false, within, &l.ep) {
+	case layerkit.AdmitOver:
 		if !l.counted {
 			ls := shed.NewLease(l)
 			ls.Over = true
@@ -488,9 +489,9 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 		if l.enf.DryRun {
 			return l.dryRun(cost), nil
 		}
-	case shed.AdmitDryRun:
+	case layerkit.AdmitDryRun:
 		return l.dryRun(cost), nil
-	case shed.Wait:
+	case layerkit.Wait:
 		return l.wait(ctx, req, cost, w == overBudget)
 	}
 	return shed.Lease{}, l.rejection(w == overBudget)
@@ -516,15 +517,19 @@ const PolicyWorkers = "workers"
 // rejection is the one place the layer builds its "no".
 func (l *Layer) rejection(budget bool) *shed.Rejection {
 	if budget {
-		return shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
+		rj := shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
+		rj.Layer = l.name
+		return rj
 	}
-	return shed.Shed(Reason, l.retryAfter)
+	rj := shed.Shed(Reason, l.retryAfter)
+	rj.Layer = l.name
+	return rj
 }
 
 // queueRejection turns an error of the queue into what Acquire returns: a
 // 503 with the layer's Retry-After, or a context error as it is.
 func (l *Layer) queueRejection(err error, waited time.Duration) error {
-	err = shed.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+	err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 	var r *shed.Rejection
 	if errors.As(err, &r) {
 		r.RetryAfter = l.retryAfter
@@ -634,22 +639,22 @@ func (l *Layer) InFlight() int64 { return l.inflight.Load() }
 // utilisation (by Signal), the shed level, the shed fraction of each
 // priority, the headroom, and, when they are in use, requests in flight and
 // the worker budget, and requests queued.
-func (l *Layer) ReportGauges(emit func(shed.Gauge)) {
+func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 	s := l.snap.Load()
 	for i := range l.signals {
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeUtilization, Signal: l.signals[i].name, Value: s.signals[i]})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeUtilization, Signal: l.signals[i].name, Value: s.signals[i]})
 	}
 	v := uint32(l.state.Load())
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeShedLevel, Value: float64(v) / levelScale})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeShedLevel, Value: float64(v) / levelScale})
 	for _, p := range shed.Priorities() {
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeShedFraction, Priority: p, Value: shedFraction(v, p.Index())})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeShedFraction, Priority: p, Value: shedFraction(v, p.Index())})
 	}
-	emit(shed.Gauge{Layer: l.name, Name: shed.GaugeHeadroom, Value: l.Headroom()})
+	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeHeadroom, Value: l.Headroom()})
 	if l.counted {
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeInFlight, Value: float64(l.inflight.Load())})
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeInFlight, Value: float64(l.inflight.Load())})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
 	}
 	if l.queue != nil {
-		emit(shed.Gauge{Layer: l.name, Name: shed.GaugeQueued, Value: float64(l.Queued())})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 	}
 }

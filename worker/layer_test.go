@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -215,7 +217,7 @@ func TestQueueWaitsForTheLevelToFall(t *testing.T) {
 		t.Fatalf("queued request: %v", err)
 	}
 	var queueSignal bool
-	l.ReportGauges(func(g shed.Gauge) { queueSignal = queueSignal || g.Signal == SignalQueueDelay })
+	l.ReportGauges(func(g layerkit.Gauge) { queueSignal = queueSignal || g.Signal == SignalQueueDelay })
 	if !queueSignal {
 		t.Fatal("no queue_delay utilization gauge with the Queue action")
 	}
@@ -236,7 +238,7 @@ func TestHeadroomAndGauges(t *testing.T) {
 		t.Fatalf("pressure 0.9: headroom %v level %v, want 0 and shedding", l.Headroom(), l.Level())
 	}
 	got := map[string]float64{}
-	l.ReportGauges(func(g shed.Gauge) {
+	l.ReportGauges(func(g layerkit.Gauge) {
 		if g.Layer != DefaultName {
 			t.Fatalf("gauge %+v: layer %q", g, g.Layer)
 		}
@@ -244,7 +246,7 @@ func TestHeadroomAndGauges(t *testing.T) {
 		if g.Signal != "" {
 			k += "/" + g.Signal
 		}
-		if g.Name == shed.GaugeShedFraction {
+		if g.Name == layerkit.GaugeShedFraction {
 			k += "/" + g.Priority.String()
 		}
 		got[k] = g.Value
@@ -378,8 +380,8 @@ func TestBusyWorkersWhileShedding(t *testing.T) {
 		t.Fatal("the level did not rise at pressure 0.95")
 	}
 	limit := -1.0
-	l.ReportGauges(func(g shed.Gauge) {
-		if g.Name == shed.GaugeLimit {
+	l.ReportGauges(func(g layerkit.Gauge) {
+		if g.Name == layerkit.GaugeLimit {
 			limit = g.Value
 		}
 	})

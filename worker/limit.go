@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Defaults of LimitConfig's fields.
@@ -433,7 +435,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	} else {
 		length, wait = l.lim.queueBounds()
 		if int64(q.Len()) >= length && !q.Evict(p) {
-			return shed.Lease{}, l.queueRejection(shed.ErrQueueFull, 0)
+			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
 		}
 	}
 	deadline := l.clock.Now().Add(wait)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -39,8 +41,8 @@ func TestLearntLimitQueuesByPriority(t *testing.T) {
 		waitUntil(t, "the request to queue", func() bool { return l.Queued() == i+1 })
 	}
 	var limit float64
-	l.ReportGauges(func(g shed.Gauge) {
-		if g.Name == shed.GaugeLimit {
+	l.ReportGauges(func(g layerkit.Gauge) {
+		if g.Name == layerkit.GaugeLimit {
 			limit = g.Value
 		}
 	})

@@ -26,6 +26,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/worker"
 )
@@ -180,11 +182,11 @@ func TestOverloadServer(t *testing.T) {
 		go func() {
 			for range time.Tick(time.Second) {
 				var b strings.Builder
-				layer.ReportGauges(func(g shed.Gauge) {
+				layer.ReportGauges(func(g layerkit.Gauge) {
 					switch g.Name {
-					case shed.GaugeUtilization:
+					case layerkit.GaugeUtilization:
 						fmt.Fprintf(&b, " %s=%.2f", g.Signal, g.Value)
-					case shed.GaugeShedLevel, shed.GaugeInFlight:
+					case layerkit.GaugeShedLevel, layerkit.GaugeInFlight:
 						fmt.Fprintf(&b, " %s=%.2f", g.Name, g.Value)
 					}
 				})

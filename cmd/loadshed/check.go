@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/rls"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -24,6 +25,10 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	status := 0
 	for _, path := range args {
+		if rls.IsEnvoyConfig(path) {
+			status = max(status, checkEnvoy(path, stdout, stderr))
+			continue
+		}
 		b, err := config.Load(path, options())
 		if err != nil {
 			status = 1
@@ -41,6 +46,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 		var names []string
 		for _, l := range b.Chain.Layers() {
 			names = append(names, l.Name())
+		}
+		for _, w := range b.File.Warnings() {
+			fmt.Fprintf(stderr, "warning: %v\n", w)
 		}
 		fmt.Fprintf(stdout, "%s: ok (layers: %s)\n", path, strings.Join(names, ", "))
 		b.Close()

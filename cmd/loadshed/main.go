@@ -3,12 +3,15 @@
 //	loadshed check FILE...
 //	loadshed print FILE
 //	loadshed try FILE --key K --route 'GET /v1/x' [--priority sheddable] [--n 20] [--every 0s]
+//	loadshed serve -config PATH [-grpc-addr A] [-http-addr A] [-redis ADDR[,ADDR]]
 //
 // check validates each file and lists every error with its line and
 // column; it exits 1 when any file has one. print shows the effective
 // configuration, defaults filled in, as tables. try builds the file's
 // chain in memory (Redis stores replaced by in-memory ones) and sends it n
-// requests, printing each decision with its response headers.
+// requests, printing each decision with its response headers. serve runs
+// Envoy's Rate Limit Service (package rls) from a loadshed file or a
+// directory of envoyproxy/ratelimit files, over gRPC and POST /json.
 //
 // Install it with
 //
@@ -26,6 +29,8 @@ const usage = `usage:
   loadshed print FILE           the effective configuration, defaults filled in
   loadshed try FILE --key K --route 'GET /v1/x' [--priority P] [--n 20] [--every 0s]
                                 send n requests through the file's chain, in memory
+  loadshed serve -config PATH   Envoy's Rate Limit Service from a loadshed file or
+                                envoyproxy/ratelimit files (loadshed serve -h)
 `
 
 func main() {
@@ -46,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return printCmd(args[1:], stdout, stderr)
 	case "try":
 		return try(args[1:], stdout, stderr)
+	case "serve":
+		return serve(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

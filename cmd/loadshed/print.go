@@ -95,7 +95,7 @@ func printFile(w io.Writer, f *config.File) {
 		case l.Worker != nil:
 			w := l.Worker
 			name := orDefault(w.Name, worker.DefaultName)
-			row(name, "worker", &w.Enforcement, w.DryRun, config.Memory)
+			row(name, "worker", &w.Enforcement, w.DryRun, config.MemoryStore)
 			budget := "detected"
 			if w.CPU.Budget > 0 {
 				budget = strconv.FormatFloat(w.CPU.Budget, 'f', -1, 64) + " CPUs"

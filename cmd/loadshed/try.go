@@ -22,7 +22,7 @@ import (
 func try(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadshed try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	key := fs.String("key", "", "the client's key: the header's value, the bearer token, or an IP address, as the file's http.key says")
+	key := fs.String("key", "", "the client's key: the header's value or the bearer token, as the file's http.key says; where the file keys clients by IP, an IP address is the client's, any other word the key itself")
 	route := fs.String("route", "", "the route, as a method and a pattern: 'GET /v1/charges/{id}'")
 	prio := fs.String("priority", "", "the request's priority (default: the file's route priorities decide): critical, default, sheddable, test-mode")
 	n := fs.Int("n", 10, "how many requests to send, one after another")
@@ -49,6 +49,13 @@ func try(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := options()
 	opts.MemoryOnly = true
+	if _, err := netip.ParseAddr(*key); err != nil {
+		// A file that keys clients by IP keeps this base key (one with a
+		// header or bearer key replaces it): --key is then the key as it
+		// is, so that any word names a client.
+		k := *key
+		opts.HTTP.Key = func(*http.Request) (string, error) { return k, nil }
+	}
 	if *prio != "" {
 		p, err := shed.ParsePriority(*prio)
 		if err != nil {
@@ -110,12 +117,11 @@ func try(args []string, stdout, stderr io.Writer) int {
 		case config.Bearer:
 			req.Header.Set("Authorization", "Bearer "+*key)
 		default:
-			a, err := netip.ParseAddr(*key)
-			if err != nil {
-				fmt.Fprintf(stderr, "loadshed try: the file keys requests on their client IP: --key must be an IP address, got %q\n", *key)
-				return 2
+			// Keyed by client IP: an address is the client's, any other
+			// key stands for one (opts.HTTP.Key, set above).
+			if a, err := netip.ParseAddr(*key); err == nil {
+				req.RemoteAddr = netip.AddrPortFrom(a, 1234).String()
 			}
-			req.RemoteAddr = netip.AddrPortFrom(a, 1234).String()
 		}
 		rec := httptest.NewRecorder()
 		events = events[:0]

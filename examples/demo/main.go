@@ -132,10 +132,10 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		return nil, err
 	}
 	closeAll := func() { perKey.Close(); sheddable.Close() }
-	limits, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+	limits, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 		{Name: "sheddable-per-key", Descriptors: []ratelimit.Descriptor{
-			{Key: "priority", Value: shed.Sheddable.String()}, ratelimit.ByKey,
+			{Key: "priority", Value: shed.Sheddable.String()}, ratelimit.ByClient,
 		}, Store: sheddable},
 	}})
 	if err != nil {

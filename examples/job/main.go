@@ -37,8 +37,8 @@ func run(out io.Writer) error {
 		return err
 	}
 	defer perKey.Close()
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+	rate, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 	}})
 	if err != nil {
 		return err

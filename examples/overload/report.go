@@ -251,8 +251,10 @@ func (r *report) targets() []verdict {
 				add(fmt.Sprintf("critical success ≥ %.1f%%", 100*targetCriticalSuccess), crit.sent > 0 && crit.successRate() >= targetCriticalSuccess,
 					fmt.Sprintf("%s (%d of %d)", pct(crit.successRate()), crit.counts[resOK], crit.sent))
 			}
-			add(fmt.Sprintf("goodput ≥ %.0f%% of capacity (%.0f/s)", 100*targetGoodput, targetGoodput*s.capacity), all.goodput >= targetGoodput*s.capacity,
-				fmt.Sprintf("%.0f/s (%s)", all.goodput, pct(all.goodput/s.capacity)))
+			// One decimal: 126.6/s against a target of 126.7/s must not
+			// read as 127/s against 127/s.
+			add(fmt.Sprintf("goodput ≥ %.0f%% of capacity (%.1f/s)", 100*targetGoodput, targetGoodput*s.capacity), all.goodput >= targetGoodput*s.capacity,
+				fmt.Sprintf("%.1f/s (%s)", all.goodput, pct(all.goodput/s.capacity)))
 			critAll := s.stats[shed.Critical.Index()]
 			add(fmt.Sprintf("critical p99 ≤ %.1f× the floor's (%s)", targetCriticalP99, ms(s.floor.criticalP99)),
 				critAll.counts[resOK] > 0 && float64(critAll.p99) <= targetCriticalP99*float64(s.floor.criticalP99),

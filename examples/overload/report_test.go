@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,14 +75,37 @@ func TestRecoveryAfterAChange(t *testing.T) {
 	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
 		t.Errorf("critical not judged: back after %s, want 1s", r.back)
 	}
-	// Still off target in the last window: never back.
+	// Goodput is judged over a second: 100% and 85% of the floor's in turn
+	// (the batches of a slowed pool) is back.
+	alternate := slices.Clone(samples)
+	for i := range alternate {
+		if at := alternate[i].at; at >= 3*time.Second {
+			alternate[i].res = resOK
+			if (at/window)%2 == 1 && i%20 < 3 {
+				alternate[i].res = resTimeout
+			}
+		}
+	}
+	if r := recoveryAfter(alternate, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("goodput 100%% and 85%% in turn: back after %s, want 1s (goodput %v)", r.back, r.goodput)
+	}
+	// A dip of one window later on does not undo the recovery; off target
+	// every other window to the end, it is never back.
 	for i := range samples {
-		if samples[i].at >= 5500*time.Millisecond {
+		if samples[i].at >= 4500*time.Millisecond && samples[i].at < 5*time.Second {
+			samples[i].res = resTimeout
+		}
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("a dip at 4.5s: back after %s, want 1s", r.back)
+	}
+	for i := range samples {
+		if samples[i].at >= 3*time.Second && (samples[i].at/window)%2 == 0 {
 			samples[i].res = resTimeout
 		}
 	}
 	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back >= 0 {
-		t.Errorf("off target at the end: back after %s, want never", r.back)
+		t.Errorf("off target every other window: back after %s, want never", r.back)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 	"github.com/loadshed/loadshed/shedotel"
 	"github.com/loadshed/loadshed/shedprom"
@@ -25,25 +26,25 @@ import (
 // layers of this module do between them.
 type reportingLayer struct{ *shedtest.Layer }
 
-func (l reportingLayer) ReportGauges(emit func(shed.Gauge)) {
+func (l reportingLayer) ReportGauges(emit func(layerkit.Gauge)) {
 	n := l.Name()
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeInFlight, Value: 3})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeQueued, Value: 1})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeLimit, Value: 10})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeFallback, Value: 0})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeInFlight, Value: 3})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeQueued, Value: 1})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeLimit, Value: 10})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeFallback, Value: 0})
 	for _, p := range shed.Priorities() {
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeUsage, Priority: p, Value: 5})
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeCeiling, Priority: p, Value: 50})
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeShedFraction, Priority: p, Value: 0.5})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeUsage, Priority: p, Value: 5})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeCeiling, Priority: p, Value: 50})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeShedFraction, Priority: p, Value: 0.5})
 	}
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeInstances, Value: 2})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeInstances, Value: 2})
 	for _, s := range []string{"cpu", "sched_latency", "queue_delay"} {
-		emit(shed.Gauge{Layer: n, Name: shed.GaugeUtilization, Signal: s, Value: 0.7})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeUtilization, Signal: s, Value: 0.7})
 	}
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeShedLevel, Value: 1})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeHeadroom, Value: 0.3})
-	emit(shed.Gauge{Layer: n, Name: shed.GaugeStoreErrors, Value: 7})
-	emit(shed.Gauge{Layer: n, Name: "custom_reading", Signal: "x", Value: 1})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeShedLevel, Value: 1})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeHeadroom, Value: 0.3})
+	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeStoreErrors, Value: 7})
+	emit(layerkit.Gauge{Layer: n, Name: "custom_reading", Signal: "x", Value: 1})
 }
 
 // drive sends every kind of event through obs.

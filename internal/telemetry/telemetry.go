@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Label names. The OpenTelemetry adapter uses them as attribute keys, so
@@ -45,7 +47,7 @@ type Metric struct {
 	Help   string
 	Kind   Kind
 	Labels []string
-	// Gauge is the shed.Gauge name a Gauge or Cumulative metric is read from.
+	// Gauge is the layerkit.Gauge name a Gauge or Cumulative metric is read from.
 	Gauge string
 }
 
@@ -89,18 +91,18 @@ var (
 
 // Gauges lists the metrics of the standard gauge names, in shed's order.
 var Gauges = []Metric{
-	gauge(shed.GaugeInFlight, "{request}", byLayer, "Requests holding a lease at the layer now, as the layer counts them."),
-	gauge(shed.GaugeQueued, "{request}", byLayer, "Requests waiting in the layer's queue now."),
-	gauge(shed.GaugeLimit, "{request}", byLayer, "The limit in force at the layer (an adaptive limit moves)."),
-	gauge(shed.GaugeFallback, "", byLayer, "1 while the layer decides from a local estimate because its shared store does not answer, else 0."),
-	gauge(shed.GaugeUsage, "{request}", byLayerPriority, "Requests in flight across the fleet, by priority."),
-	gauge(shed.GaugeCeiling, "{request}", byLayerPriority, "The most requests a priority may have in flight across the fleet."),
-	gauge(shed.GaugeInstances, "{instance}", byLayer, "Live instances the layer counts in the fleet."),
-	gauge(shed.GaugeUtilization, "1", byLayerSignal, "Utilisation of the worker by signal (cpu, sched_latency, queue_delay); 1 is the signal's target."),
-	gauge(shed.GaugeShedLevel, "", byLayer, "How much the worker layer sheds: 0 nothing, higher levels shed higher priorities."),
-	gauge(shed.GaugeShedFraction, "1", byLayerPriority, "Fraction of a priority's requests the worker layer sheds, 0 to 1."),
-	gauge(shed.GaugeHeadroom, "1", byLayer, "Spare capacity the worker layer sees, 0 to 1."),
-	gauge(shed.GaugeStoreErrors, "{error}", byLayer, "Calls to the layer's shared store (Redis) that failed."),
+	gauge(layerkit.GaugeInFlight, "{request}", byLayer, "Requests holding a lease at the layer now, as the layer counts them."),
+	gauge(layerkit.GaugeQueued, "{request}", byLayer, "Requests waiting in the layer's queue now."),
+	gauge(layerkit.GaugeLimit, "{request}", byLayer, "The limit in force at the layer (an adaptive limit moves)."),
+	gauge(layerkit.GaugeFallback, "", byLayer, "1 while the layer decides from a local estimate because its shared store does not answer, else 0."),
+	gauge(layerkit.GaugeUsage, "{request}", byLayerPriority, "Requests in flight across the fleet, by priority."),
+	gauge(layerkit.GaugeCeiling, "{request}", byLayerPriority, "The most requests a priority may have in flight across the fleet."),
+	gauge(layerkit.GaugeInstances, "{instance}", byLayer, "Live instances the layer counts in the fleet."),
+	gauge(layerkit.GaugeUtilization, "1", byLayerSignal, "Utilisation of the worker by signal (cpu, sched_latency, queue_delay); 1 is the signal's target."),
+	gauge(layerkit.GaugeShedLevel, "", byLayer, "How much the worker layer sheds: 0 nothing, higher levels shed higher priorities."),
+	gauge(layerkit.GaugeShedFraction, "1", byLayerPriority, "Fraction of a priority's requests the worker layer sheds, 0 to 1."),
+	gauge(layerkit.GaugeHeadroom, "1", byLayer, "Spare capacity the worker layer sees, 0 to 1."),
+	gauge(layerkit.GaugeStoreErrors, "{error}", byLayer, "Calls to the layer's shared store (Redis) that failed."),
 }
 
 var gaugeIndex = func() map[string]int {
@@ -111,7 +113,7 @@ var gaugeIndex = func() map[string]int {
 	return m
 }()
 
-// ValidGaugeName accepts the snake_case words shed.Gauge asks for, which
+// ValidGaugeName accepts the snake_case words layerkit.Gauge asks for, which
 // are valid in both conventions.
 func ValidGaugeName(s string) bool {
 	if s == "" {
@@ -147,7 +149,7 @@ func gauge(name, unit string, labels []string, help string) Metric {
 }
 
 // LabelValues returns g's label values, in m.Labels' order.
-func (m Metric) LabelValues(g shed.Gauge) []string {
+func (m Metric) LabelValues(g layerkit.Gauge) []string {
 	vs := make([]string, len(m.Labels))
 	for i, l := range m.Labels {
 		switch l {

@@ -1,7 +1,21 @@
 // Package shedtest holds what tests of code built on shed need: a manual
 // clock, layers that admit or reject on demand, and RunLayerSuite, the
 // conformance suite every shed.Layer should pass (run it from your own
-// layer's tests).
+// layer's tests):
+//
+//	func TestMyLayerConforms(t *testing.T) {
+//		shedtest.RunLayerSuite(t, shedtest.LayerSuite{
+//			New: func(t testing.TB, clock *shedtest.Clock) shed.Layer {
+//				return newMyLayer(3, clock) // admits 3 at once, times by clock
+//			},
+//			Capacity: 3,
+//			Status:   shed.StatusServiceUnavailable,
+//		})
+//	}
+//
+// A test that needs time to pass moves a Clock (NewClock, Advance) instead
+// of sleeping; a Layer (NewLayer) admits, or rejects with what Reject was
+// given, and counts what it granted and what was released.
 package shedtest
 
 import (

@@ -66,6 +66,9 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		// rejection it gets: give each call its own.
 		if rej, ok := (*p).(*shed.Rejection); ok {
 			c := *rej
+			if c.Layer == "" {
+				c.Layer = l.name
+			}
 			return shed.Lease{}, &c
 		}
 		return shed.Lease{}, *p

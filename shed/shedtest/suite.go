@@ -78,8 +78,9 @@ var outcomes = [...]shed.Outcome{shed.Completed, shed.Failed, shed.Dropped, shed
 // subtests of t:
 //
 //   - Rejection: past its capacity the layer answers with a
-//     *shed.Rejection of the declared status, with a RetryAfter and the
-//     violated policy, a new value on every call (the chain writes into it);
+//     *shed.Rejection of the declared status, naming the layer (Layer, as
+//     Name says), with a RetryAfter and the violated policy, a new value on
+//     every call (the chain writes into it);
 //   - ReleaseOnce: for every outcome, releasing a lease frees what Frees
 //     says, and releasing it again, or releasing a copy of it, changes
 //     nothing; the zero Lease releases harmlessly;
@@ -229,6 +230,9 @@ func (s *LayerSuite) testRejection(t *testing.T) {
 		}
 		if rej.Reason == "" {
 			t.Error("rejection has no Reason")
+		}
+		if rej.Layer != l.Name() {
+			t.Errorf("rejection of a layer called directly names layer %q, want its own name %q (it reads %q)", rej.Layer, l.Name(), rej.Error())
 		}
 		if first == nil {
 			first = rej

@@ -20,6 +20,7 @@ import (
 
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Protection names what stands in front of the handlers.
@@ -110,7 +111,7 @@ type Config struct {
 type Service struct {
 	handler http.Handler
 	stats   *Stats
-	gauges  []shed.GaugeReporter
+	gauges  []layerkit.GaugeReporter
 	closers []func() error
 	burner  burner
 	down    *downstream  // nil without Config.Downstream
@@ -354,7 +355,7 @@ func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
 		b.WriteString("# TYPE loadshed_layer_gauge gauge\n")
 	}
 	for _, g := range s.gauges {
-		g.ReportGauges(func(g shed.Gauge) {
+		g.ReportGauges(func(g layerkit.Gauge) {
 			fmt.Fprintf(&b, "loadshed_layer_gauge{layer=%q,name=%q,priority=%q,signal=%q} %s\n",
 				g.Layer, g.Name, g.Priority, g.Signal, strconv.FormatFloat(g.Value, 'g', -1, 64))
 		})
@@ -393,13 +394,13 @@ func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struc
 		}
 		last = now
 		for _, g := range s.gauges {
-			g.ReportGauges(func(g shed.Gauge) {
+			g.ReportGauges(func(g layerkit.Gauge) {
 				switch g.Name {
-				case shed.GaugeUtilization:
+				case layerkit.GaugeUtilization:
 					fmt.Fprintf(&line, " %s.%s=%.2f", g.Layer, g.Signal, g.Value)
-				case shed.GaugeShedLevel:
+				case layerkit.GaugeShedLevel:
 					fmt.Fprintf(&line, " %s.level=%.2f", g.Layer, g.Value)
-				case shed.GaugeUsage:
+				case layerkit.GaugeUsage:
 					fmt.Fprintf(&line, " %s.usage.%s=%.0f", g.Layer, g.Priority, g.Value)
 				}
 			})

@@ -9,6 +9,7 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/worker"
 )
@@ -146,7 +147,7 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 	}
 	s.closers = append(s.closers, store.Close)
 	global := ratelimit.By("global", func(context.Context, shed.Request) string { return "all" })
-	layer, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
+	layer, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
 		{Name: "global", Descriptors: []ratelimit.Descriptor{global}, Store: store},
 	}})
 	if err != nil {
@@ -173,8 +174,8 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
 	}
 	s.closers = append(s.closers, perKey.Close)
-	rate, err := ratelimit.NewLayer(ratelimit.LayerConfig{Rules: []ratelimit.Rule{
-		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByKey}, Store: perKey},
+	rate, err := ratelimit.New(ratelimit.Config{Rules: []ratelimit.Rule{
+		{Name: "per-key", Descriptors: []ratelimit.Descriptor{ratelimit.ByClient}, Store: perKey},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
@@ -204,7 +205,7 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	s.closers = append(s.closers, func() error { busy.Close(); return nil })
 	layers = append(layers, busy)
 	for _, l := range layers {
-		if g, ok := l.(shed.GaugeReporter); ok {
+		if g, ok := l.(layerkit.GaugeReporter); ok {
 			s.gauges = append(s.gauges, g)
 		}
 	}

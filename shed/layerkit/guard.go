@@ -1,17 +1,19 @@
-package shed
+package layerkit
 
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/loadshed/loadshed/shed"
 )
 
 // Guard is the per-grant record of a layer whose release changes counters:
-// it makes a grant count once, whichever copy of its Lease is released, and
-// however often. A Lease is a value, so a caller can copy one and release
-// both copies; Lease.Release clears only the copy it is called on.
+// it makes a grant count once, whichever copy of its shed.Lease is released, and
+// however often. A shed.Lease is a value, so a caller can copy one and release
+// both copies; shed.Lease.Release clears only the copy it is called on.
 //
 // Layer authors do not build Guards: a GuardPool issues them into a lease
-// (Lease.Ref holds the guard, Lease.ID its generation) and claims them back
+// (shed.Lease.Ref holds the guard, shed.Lease.ID its generation) and claims them back
 // when the lease is released. Only the first claim of a generation succeeds
 // (a compare-and-swap); the guard then goes back to the pool, and its next
 // generation is one no old copy holds, so a late copy is a no-op even after
@@ -25,7 +27,7 @@ type Guard[T any] struct {
 // GuardPool recycles one layer's Guards, so that granting allocates
 // nothing. Its zero value is ready to use. It is safe for concurrent use.
 //
-//	var guards shed.GuardPool[*slot]
+//	var guards layerkit.GuardPool[*slot]
 //
 //	// Acquire:
 //	lease := shed.NewLease(l)
@@ -44,7 +46,7 @@ type GuardPool[T any] struct {
 // Issue arms a guard holding v for a new grant and records it in lease
 // (Ref and ID). Every lease Issue armed must be claimed once, or its guard
 // is left to the garbage collector instead of the pool.
-func (p *GuardPool[T]) Issue(lease *Lease, v T) {
+func (p *GuardPool[T]) Issue(lease *shed.Lease, v T) {
 	g, _ := p.pool.Get().(*Guard[T])
 	if g == nil {
 		g = &Guard[T]{pool: p}
@@ -59,7 +61,7 @@ func (p *GuardPool[T]) Issue(lease *Lease, v T) {
 // Claim returns the value Issue recorded in lease and true the first time
 // any copy of lease is claimed; false (and the zero value) afterwards, and
 // for a lease this pool did not issue.
-func (p *GuardPool[T]) Claim(lease *Lease) (T, bool) {
+func (p *GuardPool[T]) Claim(lease *shed.Lease) (T, bool) {
 	var zero T
 	g, ok := lease.Ref.(*Guard[T])
 	if !ok || g.pool != p || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {

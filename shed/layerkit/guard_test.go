@@ -1,20 +1,22 @@
-package shed
+package layerkit
 
 import (
 	"sync"
 	"testing"
+
+	"github.com/loadshed/loadshed/shed"
 )
 
 type guardReleaser struct{}
 
-func (guardReleaser) Release(*Lease, Outcome) {}
+func (guardReleaser) Release(*shed.Lease, shed.Outcome) {}
 
 func TestGuardPoolClaimsEachGrantOnce(t *testing.T) {
 	var p GuardPool[int]
 	// A pool may drop a guard rather than reuse it (sync.Pool does, at
 	// random, under the race detector): try until one is reused.
 	for i := 0; i < 1000; i++ {
-		a := NewLease(guardReleaser{})
+		a := shed.NewLease(guardReleaser{})
 		p.Issue(&a, 7)
 		copyOfA := a
 		if v, ok := p.Claim(&a); !ok || v != 7 {
@@ -23,7 +25,7 @@ func TestGuardPoolClaimsEachGrantOnce(t *testing.T) {
 		if _, ok := p.Claim(&copyOfA); ok {
 			t.Fatal("a copy claimed a grant already claimed")
 		}
-		b := NewLease(guardReleaser{})
+		b := shed.NewLease(guardReleaser{})
 		p.Issue(&b, i)
 		reused := b.Ref == a.Ref
 		if _, ok := p.Claim(&copyOfA); ok {
@@ -42,7 +44,7 @@ func TestGuardPoolClaimsEachGrantOnce(t *testing.T) {
 func TestGuardPoolRefusesLeasesItDidNotIssue(t *testing.T) {
 	var p, other GuardPool[int]
 	var q GuardPool[string]
-	l := NewLease(guardReleaser{})
+	l := shed.NewLease(guardReleaser{})
 	other.Issue(&l, 1)
 	if _, ok := p.Claim(&l); ok {
 		t.Fatal("claimed another pool's lease")
@@ -50,7 +52,7 @@ func TestGuardPoolRefusesLeasesItDidNotIssue(t *testing.T) {
 	if _, ok := q.Claim(&l); ok {
 		t.Fatal("claimed a lease of another type")
 	}
-	var zero Lease
+	var zero shed.Lease
 	if _, ok := p.Claim(&zero); ok {
 		t.Fatal("claimed a zero lease")
 	}
@@ -64,9 +66,9 @@ func TestGuardPoolRefusesLeasesItDidNotIssue(t *testing.T) {
 func TestGuardPoolHoldsManyGrants(t *testing.T) {
 	var p GuardPool[int]
 	const n = 5000
-	leases := make([]Lease, n)
+	leases := make([]shed.Lease, n)
 	for i := range leases {
-		leases[i] = NewLease(guardReleaser{})
+		leases[i] = shed.NewLease(guardReleaser{})
 		p.Issue(&leases[i], i)
 	}
 	for i := range leases {
@@ -92,12 +94,12 @@ func TestGuardPoolConcurrentCopies(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < rounds; i++ {
 				v := new(int)
-				l := NewLease(guardReleaser{})
+				l := shed.NewLease(guardReleaser{})
 				p.Issue(&l, v)
 				c := l
 				var inner sync.WaitGroup
 				got := make([]bool, 2)
-				for j, lease := range []*Lease{&l, &c} {
+				for j, lease := range []*shed.Lease{&l, &c} {
 					inner.Add(1)
 					go func() {
 						defer inner.Done()
@@ -129,7 +131,7 @@ func BenchmarkGuardPool(b *testing.B) {
 	b.Run("serial", func(b *testing.B) {
 		var p GuardPool[*int]
 		v := new(int)
-		l := NewLease(guardReleaser{})
+		l := shed.NewLease(guardReleaser{})
 		b.ReportAllocs()
 		for b.Loop() {
 			p.Issue(&l, v)
@@ -141,7 +143,7 @@ func BenchmarkGuardPool(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			v := new(int)
-			l := NewLease(guardReleaser{})
+			l := shed.NewLease(guardReleaser{})
 			for pb.Next() {
 				p.Issue(&l, v)
 				p.Claim(&l)

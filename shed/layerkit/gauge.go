@@ -1,6 +1,8 @@
-package shed
+package layerkit
 
-// Gauge is one reading of a layer's state, for metrics: how many requests are
+import "github.com/loadshed/loadshed/shed"
+
+// Gauge is one reading of a shed.Layer's state, for metrics: how many requests are
 // in flight or queued, the current limit, the fleet's usage by priority, the
 // worker's utilisation and shed level. Readings carry no key, so label sets
 // stay bounded.
@@ -12,7 +14,7 @@ type Gauge struct {
 	Name string
 	// Priority is meaningful only for the per-priority readings (usage,
 	// ceiling, shed_fraction) and zero otherwise.
-	Priority Priority
+	Priority shed.Priority
 	// Signal names the input of a multi-signal reading ("cpu",
 	// "sched_latency", "queue_delay"); empty otherwise.
 	Signal string
@@ -41,3 +43,8 @@ const (
 type GaugeReporter interface {
 	ReportGauges(emit func(Gauge))
 }
+
+// GaugeStoreErrors is a cumulative reading a Redis-backed layer reports
+// through GaugeReporter: calls to its shared store that failed since it
+// started. Adapters export a Gauge whose name ends in "_total" as a counter.
+const GaugeStoreErrors = "store_errors_total"

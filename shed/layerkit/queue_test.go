@@ -1,4 +1,4 @@
-package shed_test
+package layerkit_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 	"github.com/loadshed/loadshed/shed/shedtest"
 )
 
@@ -76,9 +77,9 @@ func (p *pool) hold() {
 
 func (p *pool) unhold() { p.holding.Add(-1); p.put() }
 
-func newQueue(t testing.TB, cfg shed.QueueConfig) *shed.WaitQueue {
+func newQueue(t testing.TB, cfg shed.QueueConfig) *layerkit.WaitQueue {
 	t.Helper()
-	q, err := shed.NewWaitQueue(cfg)
+	q, err := layerkit.NewWaitQueue(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func newQueue(t testing.TB, cfg shed.QueueConfig) *shed.WaitQueue {
 
 // waitLen spins until q holds n waiters. Real time bounds the spin only so
 // that a broken queue fails the test instead of hanging it.
-func waitLen(t testing.TB, q *shed.WaitQueue, n int) {
+func waitLen(t testing.TB, q *layerkit.WaitQueue, n int) {
 	t.Helper()
 	limit := time.Now().Add(10 * time.Second)
 	for q.Len() != n {
@@ -132,7 +133,7 @@ type result struct {
 
 // waitAsync starts a waiter and waits until it has queued (Len grew by one),
 // so that waiters started one after another queue in that order.
-func waitAsync(t testing.TB, q *shed.WaitQueue, ctx context.Context, name string, p shed.Priority,
+func waitAsync(t testing.TB, q *layerkit.WaitQueue, ctx context.Context, name string, p shed.Priority,
 	deadline time.Time, take func() bool, giveBack func(), out chan<- result) {
 	t.Helper()
 	n := q.Len()
@@ -172,7 +173,7 @@ func TestNewWaitQueueNamesBadFields(t *testing.T) {
 		{shed.QueueConfig{MaxLength: 1}, []string{"QueueConfig.MaxWait"}},
 		{shed.QueueConfig{MaxLength: -1, MaxWait: -time.Second}, []string{"QueueConfig.MaxLength", "QueueConfig.MaxWait"}},
 	} {
-		q, err := shed.NewWaitQueue(tc.cfg)
+		q, err := layerkit.NewWaitQueue(tc.cfg)
 		if err == nil || q != nil {
 			t.Fatalf("NewWaitQueue(%+v) = %v, %v; want an error", tc.cfg, q, err)
 		}
@@ -182,7 +183,7 @@ func TestNewWaitQueueNamesBadFields(t *testing.T) {
 			}
 		}
 	}
-	if _, err := shed.NewWaitQueue(shed.QueueConfig{MaxLength: 1, MaxWait: time.Nanosecond}); err != nil {
+	if _, err := layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: 1, MaxWait: time.Nanosecond}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -360,7 +361,7 @@ func TestWaitFullAndEviction(t *testing.T) {
 		out <- result{"D", d, err}
 	}()
 	r := recv(t, out)
-	if r.name != "B" || !errors.Is(r.err, shed.ErrEvicted) || r.waited != 2*time.Second {
+	if r.name != "B" || !errors.Is(r.err, layerkit.ErrEvicted) || r.waited != 2*time.Second {
 		t.Fatalf("got %+v; want B evicted after 2s", r)
 	}
 	waitLen(t, q, 3)
@@ -370,7 +371,7 @@ func TestWaitFullAndEviction(t *testing.T) {
 		d, err := q.Wait(ctx, shed.Default, time.Time{}, g.take("E", p.take), p.put)
 		out <- result{"E", d, err}
 	}()
-	if r := recv(t, out); r.name != "A" || !errors.Is(r.err, shed.ErrEvicted) {
+	if r := recv(t, out); r.name != "A" || !errors.Is(r.err, layerkit.ErrEvicted) {
 		t.Fatalf("got %+v; want A evicted", r)
 	}
 	waitLen(t, q, 3)
@@ -379,7 +380,7 @@ func TestWaitFullAndEviction(t *testing.T) {
 	// at once, without waiting.
 	for _, pr := range []shed.Priority{shed.TestMode, shed.Sheddable, shed.Default} {
 		d, err := q.Wait(ctx, pr, time.Time{}, p.take, p.put)
-		if !errors.Is(err, shed.ErrQueueFull) || d != 0 {
+		if !errors.Is(err, layerkit.ErrQueueFull) || d != 0 {
 			t.Fatalf("%v newcomer to a full queue: %v, %v; want ErrQueueFull at once", pr, d, err)
 		}
 	}
@@ -416,7 +417,7 @@ func TestWaitTimeout(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	r := recv(t, out)
-	if !errors.Is(r.err, shed.ErrQueueTimeout) || r.waited != 100*time.Millisecond {
+	if !errors.Is(r.err, layerkit.ErrQueueTimeout) || r.waited != 100*time.Millisecond {
 		t.Fatalf("got %v after %v; want ErrQueueTimeout after 100ms", r.err, r.waited)
 	}
 	if q.Len() != 0 || clock.Pending() != 0 || p.free.Load() != 0 {
@@ -444,17 +445,17 @@ func TestWaitDeadline(t *testing.T) {
 	clock.Advance(29 * time.Millisecond)
 	noResult(t, out)
 	clock.Advance(time.Millisecond)
-	if r := recv(t, out); r.name != "soon" || !errors.Is(r.err, shed.ErrQueueTimeout) || r.waited != 30*time.Millisecond {
+	if r := recv(t, out); r.name != "soon" || !errors.Is(r.err, layerkit.ErrQueueTimeout) || r.waited != 30*time.Millisecond {
 		t.Fatalf("got %+v; want soon to time out after 30ms", r)
 	}
 	clock.Advance(970 * time.Millisecond)
-	if r := recv(t, out); r.name != "late" || !errors.Is(r.err, shed.ErrQueueTimeout) || r.waited != time.Second {
+	if r := recv(t, out); r.name != "late" || !errors.Is(r.err, layerkit.ErrQueueTimeout) || r.waited != time.Second {
 		t.Fatalf("got %+v; want late to time out after MaxWait", r)
 	}
 
 	// A deadline already passed fails at once, without queueing.
 	d, err := q.Wait(ctx, shed.Critical, clock.Now(), p.take, p.put)
-	if !errors.Is(err, shed.ErrQueueTimeout) || d != 0 || q.Len() != 0 || clock.Pending() != 0 {
+	if !errors.Is(err, layerkit.ErrQueueTimeout) || d != 0 || q.Len() != 0 || clock.Pending() != 0 {
 		t.Fatalf("past deadline: %v, %v, len %d, timers %d", d, err, q.Len(), clock.Pending())
 	}
 }
@@ -591,7 +592,7 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 		d, err := q.Wait(ctx, shed.Critical, time.Time{}, p.take, p.put)
 		out <- result{"c2", d, err}
 	}()
-	if r := recv(t, out); r.name != "a2" || !errors.Is(r.err, shed.ErrEvicted) {
+	if r := recv(t, out); r.name != "a2" || !errors.Is(r.err, layerkit.ErrEvicted) {
 		t.Fatalf("got %+v; want a2 evicted", r)
 	}
 	waitLen(t, q, 4)
@@ -612,11 +613,11 @@ func TestQueueRejection(t *testing.T) {
 		err    error
 		reason string
 	}{
-		{shed.ErrQueueFull, "queue full"},
-		{shed.ErrQueueTimeout, "queue wait timed out"},
-		{shed.ErrEvicted, "evicted by higher-priority request"},
+		{layerkit.ErrQueueFull, "queue full"},
+		{layerkit.ErrQueueTimeout, "queue wait timed out"},
+		{layerkit.ErrEvicted, "evicted by higher-priority request"},
 	} {
-		err := shed.QueueRejection(shed.StatusServiceUnavailable, tc.err, 3*time.Second)
+		err := layerkit.QueueRejection(shed.StatusServiceUnavailable, tc.err, 3*time.Second)
 		var rej *shed.Rejection
 		if !errors.As(err, &rej) {
 			t.Fatalf("QueueRejection(%v) = %v; want a *Rejection", tc.err, err)
@@ -626,11 +627,11 @@ func TestQueueRejection(t *testing.T) {
 			t.Errorf("QueueRejection(%v) = %+v", tc.err, rej)
 		}
 	}
-	if err := shed.QueueRejection(429, nil, 0); err != nil {
+	if err := layerkit.QueueRejection(429, nil, 0); err != nil {
 		t.Errorf("QueueRejection(nil) = %v", err)
 	}
 	ctxErr := errors.Join(errors.New("gave up"), context.Canceled)
-	if err := shed.QueueRejection(429, ctxErr, time.Second); err != ctxErr {
+	if err := layerkit.QueueRejection(429, ctxErr, time.Second); err != ctxErr {
 		t.Errorf("QueueRejection(context error) = %v; want it unchanged", err)
 	}
 }
@@ -685,11 +686,11 @@ func TestWaitStress(t *testing.T) {
 				q.Notify()
 			case errors.Is(err, context.Canceled):
 				outcomes[1].Add(1)
-			case errors.Is(err, shed.ErrQueueTimeout):
+			case errors.Is(err, layerkit.ErrQueueTimeout):
 				outcomes[2].Add(1)
-			case errors.Is(err, shed.ErrEvicted):
+			case errors.Is(err, layerkit.ErrEvicted):
 				outcomes[3].Add(1)
-			case errors.Is(err, shed.ErrQueueFull):
+			case errors.Is(err, layerkit.ErrQueueFull):
 				outcomes[4].Add(1)
 			default:
 				t.Errorf("unexpected error %v", err)
@@ -774,7 +775,7 @@ func TestWaitQueueLowestAndEvict(t *testing.T) {
 	if !q.Evict(shed.Default) {
 		t.Fatal("nothing evicted below default")
 	}
-	if r := recv(t, out); r.name != "C" || !errors.Is(r.err, shed.ErrEvicted) {
+	if r := recv(t, out); r.name != "C" || !errors.Is(r.err, layerkit.ErrEvicted) {
 		t.Fatalf("got %+v; want C (the sheddable served last) evicted", r)
 	}
 	if q.Len() != 2 {

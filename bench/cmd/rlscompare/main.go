@@ -1,0 +1,370 @@
+// Command rlscompare sends envoyproxy/ratelimit and loadshed serve the same
+// ShouldRateLimit requests, from one gRPC client, over the rules of
+// bench/rls/config, and reports (1) whether their answers agree, request
+// by request, and (2) decisions per second and latency of each under the
+// same closed-loop load. bench/rls-compare.sh starts both services on one
+// redis-server and runs it; docs/benchmarks.md has the results.
+//
+//	rlscompare -envoy 127.0.0.1:18081 -loadshed 127.0.0.1:28081 [-batched 127.0.0.1:38081] -redis 127.0.0.1:6379
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func main() {
+	envoyAddr := flag.String("envoy", "", "envoyproxy/ratelimit's gRPC address")
+	loadshedAddr := flag.String("loadshed", "", "loadshed serve's gRPC address (exact mode)")
+	batchedAddr := flag.String("batched", "", "loadshed serve's gRPC address in batched mode (optional)")
+	unpipedAddr := flag.String("unpipelined", "", "loadshed serve's gRPC address in exact mode with -pipeline 0 (optional)")
+	batched2Addr := flag.String("batched2", "", "a second loadshed serve in batched mode on the same Redis, for the overshoot check (optional)")
+	memoryAddr := flag.String("memory", "", "loadshed serve's gRPC address with counts in memory: the gRPC path's own bound on this machine (optional)")
+	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
+	steps := flag.Int("steps", 2000, "requests in the agreement check")
+	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
+	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
+	conc := flag.Int("c", 32, "concurrent requests in flight in the load run")
+	clients := flag.Int("clients", 1000, "distinct client values in the load run (100 a second each)")
+	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, unpipelined, batched, memory: their CPU per decision (optional, Linux)")
+	flag.Parse()
+	if *envoyAddr == "" || *loadshedAddr == "" {
+		flag.Usage()
+		os.Exit(2)
+	}
+	envoy, ls := dial(*envoyAddr), dial(*loadshedAddr)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36) // fresh counts each run
+
+	fmt.Printf("## Agreement: %d requests, seed %d, unit hits\n\n", *steps, *seed)
+	agree(envoy, ls, sequence(run+"u", *steps, *seed, false))
+	fmt.Printf("\n## Agreement: %d requests, seed %d, with hits_addend 0, 2 and 3\n\n", *steps, *seed)
+	agree(envoy, ls, sequence(run+"h", *steps, *seed, true))
+
+	if *batchedAddr != "" && *batched2Addr != "" {
+		fmt.Printf("\n## Overshoot: 300 requests on one key of 100 an hour, alternating between two instances\n\n")
+		fmt.Println("| service | admitted | bound |")
+		fmt.Println("|---|---|---|")
+		overshoot("envoyproxy/ratelimit", run+"e", envoy, envoy, "100")
+		overshoot("loadshed serve, exact (two requests to one instance each)", run+"x", ls, ls, "100")
+		overshoot("loadshed serve, batched, two instances", run+"b", dial(*batchedAddr), dial(*batched2Addr), "100 + 2 × (10 − 1) = 118")
+	}
+	if *dur <= 0 {
+		return
+	}
+	var rc *redis.Client
+	if *redisAddr != "" {
+		rc = redis.NewClient(&redis.Options{Addr: *redisAddr})
+		defer rc.Close()
+	}
+	fmt.Printf("\n## Load: %d in flight, %v each, %d clients at 100/s each\n\n", *conc, *dur, *clients)
+	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | service CPU µs/decision | Redis CPU µs/decision |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	type target struct {
+		name string
+		c    pb.RateLimitServiceClient
+	}
+	targets := []target{{"envoyproxy/ratelimit", envoy}, {"loadshed serve (exact)", ls}}
+	for _, o := range []struct{ name, addr string }{
+		{"loadshed serve (exact, -pipeline 0)", *unpipedAddr},
+		{"loadshed serve (batched)", *batchedAddr},
+		{"loadshed serve (memory, no Redis)", *memoryAddr},
+	} {
+		if o.addr != "" {
+			targets = append(targets, target{o.name, dial(o.addr)})
+		}
+	}
+	pidList := strings.Split(*pids, ",")
+	for i, t := range targets {
+		pid := ""
+		if i < len(pidList) {
+			pid = pidList[i]
+		}
+		load(t.name, t.c, rc, pid, run+strconv.Itoa(i), *dur, *conc, *clients)
+	}
+}
+
+func dial(addr string) pb.RateLimitServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	return pb.NewRateLimitServiceClient(conn)
+}
+
+func desc(kvs ...string) *rlpb.RateLimitDescriptor {
+	d := &rlpb.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kvs); i += 2 {
+		d.Entries = append(d.Entries, &rlpb.RateLimitDescriptor_Entry{Key: kvs[i], Value: kvs[i+1]})
+	}
+	return d
+}
+
+// sequence is the agreement check's requests: one to three descriptors
+// drawn from the rules' shapes, over a few values each so that limits are
+// reached; with hits, some requests weigh 2 or 3 and some descriptors 0.
+func sequence(run string, n int, seed uint64, hits bool) []*pb.RateLimitRequest {
+	r := rand.New(rand.NewPCG(seed, 7))
+	user := func() string { return run + "-u" + strconv.Itoa(r.IntN(12)) }
+	shapes := []func() *rlpb.RateLimitDescriptor{
+		func() *rlpb.RateLimitDescriptor { return desc("user", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("path", "/v1/charges", "user", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("path", "/v1/other", "user", user()) },
+		func() *rlpb.RateLimitDescriptor {
+			return desc("report", "monthly-"+run+"-"+strconv.Itoa(r.IntN(4)))
+		},
+		func() *rlpb.RateLimitDescriptor { return desc("plan", "free") },
+		func() *rlpb.RateLimitDescriptor { return desc("plan", "gold") },
+		func() *rlpb.RateLimitDescriptor { return desc("health", "x") },
+		func() *rlpb.RateLimitDescriptor { return desc("nothing", "here") },
+	}
+	// The plans' counts are shared by both sequences of a run (their values
+	// are the rules'); the script's redis-server is fresh each run.
+	out := make([]*pb.RateLimitRequest, n)
+	for i := range out {
+		req := &pb.RateLimitRequest{Domain: "bench"}
+		for range 1 + r.IntN(3) {
+			d := shapes[r.IntN(len(shapes))]()
+			if hits && r.IntN(8) == 0 {
+				d.HitsAddend = wrapperspb.UInt64(uint64(r.IntN(3)))
+			}
+			req.Descriptors = append(req.Descriptors, d)
+		}
+		if hits && r.IntN(6) == 0 {
+			req.HitsAddend = uint32(2 + r.IntN(2))
+		}
+		out[i] = req
+	}
+	return out
+}
+
+type answer struct {
+	code      pb.RateLimitResponse_Code
+	remaining uint32
+	reset     int64
+	limit     uint32
+}
+
+func answers(r *pb.RateLimitResponse) (pb.RateLimitResponse_Code, []answer) {
+	out := make([]answer, len(r.Statuses))
+	for i, s := range r.Statuses {
+		out[i] = answer{s.Code, s.LimitRemaining, s.GetDurationUntilReset().GetSeconds(), s.GetCurrentLimit().GetRequestsPerUnit()}
+	}
+	return r.OverallCode, out
+}
+
+func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
+	ctx := context.Background()
+	same, tick := 0, 0
+	var diffs []string
+	for i, req := range reqs {
+		re, err := envoy.ShouldRateLimit(ctx, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "envoyproxy/ratelimit, request %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		rl, err := ls.ShouldRateLimit(ctx, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		ce, ae := answers(re)
+		cl, al := answers(rl)
+		if ce == cl && slices.Equal(ae, al) {
+			same++
+			continue
+		}
+		// The two clocks read whole seconds: a second that turns between
+		// the two calls moves duration_until_reset by one.
+		ticked := ce == cl && len(ae) == len(al)
+		for j := range ae {
+			a, b := ae[j], al[j]
+			a.reset, b.reset = 0, 0
+			ticked = ticked && a == b && abs(ae[j].reset-al[j].reset) <= 1
+		}
+		if ticked {
+			tick++
+			continue
+		}
+		diffs = append(diffs, fmt.Sprintf("| %d | %s | %v %v | %v %v |", i, show(req), ce, ae, cl, al))
+	}
+	fmt.Printf("%d of %d requests answered the same (code, and per descriptor: code, limit_remaining, duration_until_reset, requests_per_unit); %d more differ only by a second of duration_until_reset turning between the two calls; %d differ:\n\n", same, len(reqs), tick, len(diffs))
+	if len(diffs) > 0 {
+		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
+		fmt.Println("|---|---|---|---|")
+		for i, d := range diffs {
+			if i == 40 {
+				fmt.Printf("| … | %d more | | |\n", len(diffs)-40)
+				break
+			}
+			fmt.Println(d)
+		}
+	}
+}
+
+// overshoot sends 300 requests for one key, alternating between a and b,
+// 16 at a time, and prints how many were admitted.
+func overshoot(name, key string, a, b pb.RateLimitServiceClient, bound string) {
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range 300 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("overshoot", key)}})
+			if err == nil && r.OverallCode == pb.RateLimitResponse_OK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("| %s | %d | %s |\n", name, ok.Load(), bound)
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func show(req *pb.RateLimitRequest) string {
+	var b strings.Builder
+	if req.HitsAddend > 0 {
+		fmt.Fprintf(&b, "hits %d: ", req.HitsAddend)
+	}
+	for i, d := range req.Descriptors {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		for j, e := range d.Entries {
+			if j > 0 {
+				b.WriteByte('/')
+			}
+			v := e.Value
+			if k := strings.LastIndexByte(v, '-'); k >= 0 && strings.Contains(v, "-u") {
+				v = v[k+1:]
+			}
+			b.WriteString(e.Key + "=" + v)
+		}
+		if d.HitsAddend != nil {
+			fmt.Fprintf(&b, " (hits %d)", d.HitsAddend.Value)
+		}
+	}
+	return b.String()
+}
+
+func redisCPU(rc *redis.Client) float64 {
+	if rc == nil {
+		return 0
+	}
+	info, err := rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// processCPU is a process's CPU time in seconds, from /proc (0 elsewhere).
+func processCPU(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if pid == "" || err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100
+}
+
+func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run string, dur time.Duration, conc, clients int) {
+	ctx := context.Background()
+	// Warm up: connections, scripts, the first keys.
+	for i := range 200 {
+		c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+"w"+strconv.Itoa(i%clients))}})
+	}
+	cpu0, pcpu0 := redisCPU(rc), processCPU(pid)
+	var total, over atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(dur)
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 11))
+			ls := make([]time.Duration, 0, 1<<16)
+			for time.Now().Before(deadline) {
+				req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+"-"+strconv.Itoa(r.IntN(clients)))}}
+				t0 := time.Now()
+				resp, err := c.ShouldRateLimit(ctx, req)
+				ls = append(ls, time.Since(t0))
+				if err != nil {
+					continue
+				}
+				total.Add(1)
+				if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+					over.Add(1)
+				}
+			}
+			lat[w] = ls
+		}()
+	}
+	wg.Wait()
+	cpu, pcpu := redisCPU(rc)-cpu0, processCPU(pid)-pcpu0
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	q := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(len(all)-1, int(p*float64(len(all))))].Round(time.Microsecond)
+	}
+	n := total.Load()
+	perDecision, service := "-", "-"
+	if rc != nil && n > 0 {
+		perDecision = fmt.Sprintf("%.1f", cpu/float64(n)*1e6)
+	}
+	if pid != "" && n > 0 {
+		service = fmt.Sprintf("%.1f", pcpu/float64(n)*1e6)
+	}
+	fmt.Printf("| %s | %.0f | %v | %v | %v | %.1f%% | %s | %s |\n", name, float64(n)/dur.Seconds(), q(0.5), q(0.99), q(0.999), 100*float64(over.Load())/float64(max(n, 1)), service, perDecision)
+}

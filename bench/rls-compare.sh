@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# loadshed serve against envoyproxy/ratelimit, the service it replaces: both
+# on one throw-away redis-server, serving the same files (bench/rls/config,
+# envoyproxy/ratelimit's format), asked the same ShouldRateLimit requests
+# by one gRPC client (bench/cmd/rlscompare). Prints the agreement check,
+# request by request, and a load table (decisions/s, p50, p99, the Redis
+# server's CPU per decision) for envoyproxy/ratelimit, loadshed serve in
+# exact mode and in batched mode, and loadshed serve in memory: the gRPC
+# path's own cost on this machine, the bound of any Redis-backed row. docs/benchmarks.md explains the results.
+#
+#   bench/rls-compare.sh              # 10 s of load per service, 32 in flight
+#   LOAD=30s CONC=64 bench/rls-compare.sh
+#
+# envoyproxy/ratelimit is built from the Go module proxy into a cache folder
+# (its module never enters a go.mod of ours); ENVOY_RATELIMIT_VERSION picks
+# the version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ENVOY_RATELIMIT_VERSION=${ENVOY_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+LOAD=${LOAD:-10s}
+CONC=${CONC:-32}
+# loadshed's stores decide from their local share when a round trip takes
+# longer than this (50ms by default); on a loaded machine that would turn
+# exact rows into local ones, so the comparison waits as envoyproxy/ratelimit
+# does. The script counts the fallbacks at the end: a fair run has none.
+REDIS_TIMEOUT=${REDIS_TIMEOUT:-1s}
+BIN=${XDG_CACHE_HOME:-$HOME/.cache}/loadshed-bench/bin
+mkdir -p "$BIN"
+
+. scripts/redis.sh
+redis_start rls-compare.sh
+
+if [ ! -x "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" ]; then
+  echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
+  (cd /tmp && GOBIN="$BIN" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ENVOY_RATELIMIT_VERSION")
+  mv "$BIN/service_cmd" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION"
+fi
+go build -o "$BIN/loadshed" ./cmd/loadshed
+(cd bench && go build -o "$BIN/rlscompare" ./cmd/rlscompare)
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+  redis_stop
+}
+trap cleanup EXIT INT TERM
+
+# free_port picks a port nothing listens on, below Linux's ephemeral range
+# (32768 and up), where the load's own client connections cannot hold it.
+free_port() {
+  local port
+  for _ in $(seq 1 100); do
+    port=$(( (RANDOM % 12000) + 20000 ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
+  echo "rls-compare.sh: no free port" >&2; exit 1
+}
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return
+    sleep 0.1
+  done
+  echo "rls-compare.sh: nothing listens on $1 ($2)" >&2; cat "$WORK"/*.log >&2; exit 1
+}
+
+# envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
+mkdir -p "$WORK/runtime/ratelimit/config"
+cp bench/rls/config/*.yaml "$WORK/runtime/ratelimit/config/"
+
+E_GRPC=$(free_port); E_HTTP=$(free_port); E_DEBUG=$(free_port)
+env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
+  REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL="$LOADSHED_REDIS_ADDR" \
+  LOCAL_CACHE_SIZE_IN_BYTES=1048576 \
+  RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
+  HOST=127.0.0.1 PORT="$E_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$E_GRPC" \
+  DEBUG_HOST=127.0.0.1 DEBUG_PORT="$E_DEBUG" \
+  "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
+E_PID=$!; PIDS+=($!)
+
+# start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
+# which it leaves in X_GRPC and X_HTTP, its process id in X_PID.
+start_loadshed() {
+  local x=$1 name=$2 grpc http
+  shift 2
+  grpc=$(free_port); http=$(free_port)
+  "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
+    -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  printf -v "${x}_PID" %s $!
+  printf -v "${x}_GRPC" %s "$grpc"
+  printf -v "${x}_HTTP" %s "$http"
+}
+ON_REDIS=(-redis "$LOADSHED_REDIS_ADDR" -redis-timeout "$REDIS_TIMEOUT")
+start_loadshed L exact "${ON_REDIS[@]}"
+start_loadshed U unpipelined "${ON_REDIS[@]}" -pipeline 0
+start_loadshed B batched "${ON_REDIS[@]}" -batch 0.1
+start_loadshed C batched2 "${ON_REDIS[@]}" -batch 0.1
+start_loadshed M memory
+
+wait_port "$E_GRPC" envoyproxy/ratelimit
+wait_port "$L_GRPC" "loadshed serve"
+wait_port "$U_GRPC" "loadshed serve -pipeline 0"
+wait_port "$B_GRPC" "loadshed serve -batch"
+wait_port "$C_GRPC" "loadshed serve -batch, a second instance"
+wait_port "$M_GRPC" "loadshed serve (memory)"
+
+echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
+echo
+"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
+  -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
+
+# Decisions taken from the local share because Redis did not answer within
+# the store's timeout: they are not exact, and a fair row has none.
+echo
+for s in "exact $L_HTTP" "exact,-pipeline-0 $U_HTTP" "batched $B_HTTP"; do
+  set -- $s
+  n=$(curl -s "127.0.0.1:$2/metrics" | awk '/^loadshed_requests_total\{.*fallback="true"/ {s += $2} END {print s + 0}')
+  echo "loadshed serve ($1): $n decisions from the local fallback share"
+done

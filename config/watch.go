@@ -1,0 +1,65 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchPath calls changed when path changes, WatchDelay after the first
+// change of a burst (through its directory when path is a file, so that
+// editors that replace the file and Kubernetes' ConfigMap symlink swaps
+// are seen; path itself when it is a directory), and hup on SIGHUP, until
+// ctx ends. Watcher errors go to failed. It returns ctx's error, or why it
+// could not watch. Live.Watch and the rate limit service's reloads run on
+// it.
+func WatchPath(ctx context.Context, path string, changed, hup func(), failed func(error)) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	defer w.Close()
+	dir := path
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sig:
+			hup()
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("config: the file watcher stopped")
+			}
+			// The first change of a burst arms the timer; later ones ride
+			// on it, so that a file written without pause still reloads.
+			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 && timer == nil {
+				timer = time.After(WatchDelay)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("config: the file watcher stopped")
+			}
+			failed(err)
+		case <-timer:
+			timer = nil
+			changed()
+		}
+	}
+}

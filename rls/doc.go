@@ -1,0 +1,68 @@
+// Package rls is loadshed as a rate limit service: Envoy's Rate Limit
+// Service v3 (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit),
+// a drop-in for envoyproxy/ratelimit, answered by the ratelimit package's
+// stores. `loadshed serve` runs it; a program may embed a Server in its own
+// grpc.Server.
+//
+// # Rules
+//
+// A Domain is a tree of Descriptors, as envoyproxy/ratelimit's files write
+// it; LoadEnvoyConfig reads those files as they are (a directory of them,
+// one domain each), FromFile takes the ratelimit sections of loadshed's own
+// file, and Load picks between the two. A request descriptor is matched as
+// envoyproxy/ratelimit matches it: entry by entry, a key and value first,
+// then a wildcard value ("/v1/reports*"), then the key alone (one count per
+// distinct value); the rule applies when the descriptor's last entry
+// reaches a descriptor with a limit. Counts are kept per limit and per the
+// descriptor's full list of keys and values.
+//
+// # Answers
+//
+// Each descriptor gets a status (code, current_limit, limit_remaining,
+// duration_until_reset); the overall code is OVER_LIMIT when any status is.
+// hits_addend (the request's, or a descriptor's own, which may be 0 to
+// check without counting) is the cost; is_negative_hits gives units back.
+// shadow_mode decides and records but answers OK; unlimited answers OK
+// with no limit; a limit named in another matched limit's replaces is
+// skipped; requests_per_unit 0 rejects everything; a descriptor's own
+// limit (the request's override) is a fixed window of that limit, in a
+// known domain, for up to MaxOverrides distinct limits. An unknown domain, or a
+// descriptor no rule matches, is OK without a limit, as there. An empty
+// domain or descriptor list, or a request past Config's bounds (the
+// number of descriptors and entries, the length of a key or value) or not
+// UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never gets that far:
+// gRPC's decoder refuses the message as INTERNAL; over JSON it is a 400). With Config.RateLimitHeaders the tightest
+// limit's RateLimit and RateLimit-Policy fields go into
+// response_headers_to_add.
+//
+// # Beyond envoyproxy/ratelimit
+//
+// A limit may use any of the five algorithms (envoyproxy/ratelimit's files
+// default to fixed-window, the only one it has), any window (unit with
+// unit_multiplier, or a period such as "90s"), a burst, soft mode (mode:
+// soft with overage, overage_for and overage_cooldown: past the limit, a
+// key may go the overage further for a bounded time per episode, answered
+// OK and reported as over in events; the overage and the episodes are
+// each instance's own, in memory), and a descriptor
+// may hold several limits (rate_limits: a list): a request must pass all,
+// a rejected one is not charged by the others, and the status reports the
+// rejecting limit or else the one with the least remaining. Counts live in
+// memory, or in Redis (single node, Sentinel or Cluster) with the library's
+// fallback to a local share when Redis is slow or down: the gateway never
+// sees an error for it, so Envoy's failure_mode_deny keeps its meaning for
+// a service that is really gone. Reload swaps the rules whole; limits that
+// did not change keep their counts, and rules that do not compile are
+// refused while the running ones keep serving.
+//
+// # Differences from envoyproxy/ratelimit
+//
+// A rejected request is not counted (envoyproxy/ratelimit increments on
+// every hit, so its counter runs past the limit); with hits_addend 1 the
+// answers are the same, request by request. limit_remaining on OVER_LIMIT
+// is what is still there (0 with unit costs; with a larger hits_addend the
+// units a smaller request could still take), where envoyproxy/ratelimit
+// always says 0. A check (hits_addend 0) is over when nothing remains,
+// where envoyproxy/ratelimit says over only once its counter is past the
+// limit. quota_mode, value_to_metric, share_threshold and metadata are
+// accepted and have no effect.
+package rls

@@ -1,0 +1,69 @@
+package rls
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+func TestReloadKeepsCountsAndRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 3}}\n  - {key: b, rate_limit: {unit: minute, requests_per_unit: 3}}\n")
+	ds, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testServer(t, Config{Domains: ds})
+	remaining := func(key string) (pb.RateLimitResponse_Code, uint32, uint32) {
+		st := ask(t, s, "d", desc(key+"=x")).Statuses[0]
+		return st.Code, st.LimitRemaining, st.GetCurrentLimit().GetRequestsPerUnit()
+	}
+	remaining("a")
+	remaining("b")
+
+	// b's limit changes; a's does not, and keeps its count. A new domain
+	// appears.
+	write("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 3}}\n  - {key: b, rate_limit: {unit: minute, requests_per_unit: 10}}\n")
+	if err := s.ReloadFrom(file); err != nil {
+		t.Fatal(err)
+	}
+	if _, rem, _ := remaining("a"); rem != 1 {
+		t.Fatalf("a after the reload: %d remaining, want 1 (its count kept)", rem)
+	}
+	if _, rem, lim := remaining("b"); rem != 9 || lim != 10 {
+		t.Fatalf("b after the reload: %d of %d remaining, want 9 of 10 (a new limit starts afresh)", rem, lim)
+	}
+
+	// A bad file is refused: the running rules keep serving.
+	write("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: fortnight, requests_per_unit: 3}}\n")
+	if err := s.ReloadFrom(file); err == nil {
+		t.Fatal("a bad file was applied")
+	}
+	if _, rem, lim := remaining("a"); rem != 0 || lim != 3 {
+		t.Fatalf("a after a refused reload: %d of %d, want 0 of 3", rem, lim)
+	}
+	if c, _, _ := remaining("a"); c != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a past its limit: %v", c)
+	}
+	if applied, refused := s.ReloadStats(); applied != 1 || refused != 1 {
+		t.Fatalf("stats %d applied, %d refused; want 1 and 1", applied, refused)
+	}
+
+	// Removing a domain answers it as unknown.
+	write("domain: e\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 3}}\n")
+	if err := s.ReloadFrom(file); err != nil {
+		t.Fatal(err)
+	}
+	if st := ask(t, s, "d", desc("a=x")).Statuses[0]; st.CurrentLimit != nil || st.Code != pb.RateLimitResponse_OK {
+		t.Fatalf("a removed domain: %v", st)
+	}
+}

@@ -1,0 +1,629 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// Defaults of Config's bounds on a request.
+const (
+	DefaultMaxDescriptors = 256
+	DefaultMaxEntries     = 32
+	DefaultMaxEntryBytes  = 1024
+	// DefaultRedisPrefix starts the service's Redis keys.
+	DefaultRedisPrefix = "loadshed:rls:"
+	// UnknownDomain is the domain label of requests naming a domain the
+	// rules do not hold, so that clients cannot grow the label set.
+	UnknownDomain = "_unknown"
+)
+
+// unknownLayer is the events' layer for a domain the rules lack.
+const unknownLayer = "rls:" + UnknownDomain
+
+// Config configures a Server. Only Domains is needed.
+type Config struct {
+	// Domains are the rules served first; Server.Reload replaces them.
+	Domains []Domain
+	// Redis, when set, holds the counts (single node, Sentinel or Cluster;
+	// it must have ContextTimeoutEnabled). Unset, they are in memory.
+	Redis redis.UniversalClient
+	// RedisStore configures each limit's Redis store (timeout, fallback
+	// share, batched mode); its Prefix (default DefaultRedisPrefix) starts
+	// every key, followed by a digest of the limit's domain and path.
+	RedisStore ratelimit.RedisConfig
+	// MaxKeys bounds the keys a memory store holds per limit (default
+	// ratelimit's).
+	MaxKeys int
+	// RateLimitHeaders adds the RateLimit and RateLimit-Policy fields
+	// (draft-ietf-httpapi-ratelimit-headers) of the tightest limit to
+	// response_headers_to_add, for the gateway to pass to the client.
+	RateLimitHeaders bool
+	// LegacyHeaders adds envoyproxy/ratelimit's x-ratelimit-limit,
+	// x-ratelimit-remaining and x-ratelimit-reset instead.
+	LegacyHeaders bool
+	// MaxDescriptors, MaxEntries and MaxEntryBytes bound one request: its
+	// descriptors, the entries of one descriptor, and the bytes of one key
+	// or value (defaults DefaultMaxDescriptors, DefaultMaxEntries,
+	// DefaultMaxEntryBytes). A request past them is INVALID_ARGUMENT.
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// Observer receives one event per limit decided (Layer "rls:<domain>",
+	// Policy the limit's name or path): Admitted, Rejected, or WouldReject
+	// for a limit in shadow mode. No Released follows: the service holds
+	// no lease.
+	Observer shed.Observer
+	// OnResponse, when set, is told each response's domain (UnknownDomain
+	// for one the rules lack) and overall code.
+	OnResponse func(domain string, code pb.RateLimitResponse_Code)
+	// Clock is the memory stores' clock (default the system's).
+	Clock shed.Clock
+	// Logger logs reloads (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server answers envoy.service.ratelimit.v3.RateLimitService from loadshed's
+// rate limit stores: register it on a grpc.Server with
+// pb.RegisterRateLimitServiceServer, serve Handler for JSON, health and
+// nothing else. It is safe for concurrent use, and Reload swaps its rules
+// without stopping it.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	cfg    Config
+	mu     sync.Mutex // serialises Reload and Close
+	table  atomic.Pointer[table]
+	closed bool
+
+	applied, refused atomic.Int64
+
+	overrides  sync.Map // overrideKey → *node
+	nOverrides atomic.Int32
+}
+
+// maxParallel bounds the goroutines one request decides its descriptors on.
+const maxParallel = 8
+
+// MaxOverrides bounds the distinct limits requests may bring in their
+// descriptors' limit field; past it, further ones are ignored and the
+// rules apply.
+const MaxOverrides = 64
+
+type overrideKey struct {
+	rpu  uint32
+	unit pb.RateLimitResponse_RateLimit_Unit
+}
+
+// override returns the rule of a limit a request brings: a fixed window of
+// requests_per_unit per unit, as envoyproxy/ratelimit applies it; nil when
+// it is invalid or past MaxOverrides.
+func (s *Server) override(o *rlpb.RateLimitDescriptor_RateLimitOverride) *node {
+	k := overrideKey{o.RequestsPerUnit, pb.RateLimitResponse_RateLimit_Unit(o.Unit)}
+	if n, ok := s.overrides.Load(k); ok {
+		return n.(*node)
+	}
+	period, ok := unitPeriods[k.unit]
+	if !ok {
+		return nil
+	}
+	if s.nOverrides.Add(1) > MaxOverrides {
+		s.nOverrides.Add(-1)
+		return nil
+	}
+	l := Limit{RequestsPerUnit: k.rpu, Unit: k.unit, Period: period, Algorithm: ratelimit.FixedWindow}
+	lr := &limitRule{policy: "override", period: period, current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: k.rpu, Unit: k.unit}}
+	if k.rpu > 0 {
+		st, err := s.newStore("", fmt.Sprintf("override|%d|%v", k.rpu, k.unit), &l)
+		if err != nil {
+			s.nOverrides.Add(-1)
+			return nil
+		}
+		lr.store = st
+	}
+	n, loaded := s.overrides.LoadOrStore(k, &node{limits: []*limitRule{lr}, shared: true})
+	if loaded {
+		s.nOverrides.Add(-1)
+		if c, ok := lr.store.(interface{ Close() error }); ok {
+			c.Close()
+		}
+	}
+	return n.(*node)
+}
+
+// New compiles cfg.Domains and returns a Server answering from them.
+func New(cfg Config) (*Server, error) {
+	if cfg.MaxDescriptors <= 0 {
+		cfg.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxEntryBytes <= 0 {
+		cfg.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+	if cfg.RedisStore.Prefix == "" {
+		cfg.RedisStore.Prefix = DefaultRedisPrefix
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	t, err := compile(cfg.Domains, nil, s.newStore, cfg.Clock)
+	if err != nil {
+		return nil, err
+	}
+	s.table.Store(t)
+	return s, nil
+}
+
+func (s *Server) newStore(domain, path string, l *Limit) (ratelimit.Store, error) {
+	if s.cfg.Redis != nil {
+		rc := s.cfg.RedisStore
+		rc.Prefix = redisPrefix(rc.Prefix, domain, path)
+		return ratelimit.NewRedis(s.cfg.Redis, l.Algorithm, l.limit(), rc)
+	}
+	return ratelimit.NewMemory(l.Algorithm, l.limit(), ratelimit.MemoryConfig{MaxKeys: s.cfg.MaxKeys, Clock: s.cfg.Clock})
+}
+
+// Reload replaces the rules. When domains do not compile, it returns the
+// error and the running rules keep serving. A limit unchanged (same
+// domain, descriptor path, algorithm and limit) keeps its counts.
+func (s *Server) Reload(domains []Domain) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("rls: server closed")
+	}
+	old := s.table.Load()
+	t, err := compile(domains, old, s.newStore, s.cfg.Clock)
+	if err != nil {
+		return err
+	}
+	s.table.Store(t)
+	old.close(t)
+	s.cfg.Logger.Info("rls: rules reloaded", "domains", len(t.domains))
+	return nil
+}
+
+// Close closes the stores (not the Redis client, which the caller owns).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.table.Load().close(nil)
+		s.overrides.Range(func(_, n any) bool {
+			if c, ok := n.(*node).limits[0].store.(interface{ Close() error }); ok {
+				c.Close()
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+// Domains lists the domains served.
+func (s *Server) Domains() []string {
+	t := s.table.Load()
+	out := make([]string, 0, len(t.domains))
+	for d := range t.domains {
+		out = append(out, d)
+	}
+	return out
+}
+
+// checked is one limit's decision.
+type checked struct {
+	rule    *limitRule
+	res     ratelimit.Result
+	over    bool
+	soft    bool // admitted by the soft overage
+	fb      bool
+	policy  string
+	skipped bool // replaced
+}
+
+// ShouldRateLimit decides a request as envoyproxy/ratelimit does: each
+// descriptor is matched against the domain's tree and counted by the
+// limits of its rule, hits_addend units at a time (0 checks without
+// counting); the overall code is OVER_LIMIT when any descriptor is. An
+// unknown domain, or a descriptor no rule matches, is OK. A malformed
+// request is INVALID_ARGUMENT. Redis trouble is never an error: the
+// stores decide from their local share.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if err := s.validate(req); err != nil {
+		return nil, err
+	}
+	t := s.table.Load()
+	root := t.domains[req.Domain]
+	domainLabel, layer := req.Domain, unknownLayer
+	if root == nil {
+		domainLabel = UnknownDomain
+	} else {
+		layer = root.layer
+	}
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+
+	// Match first: replaces spans the whole request.
+	var small [8]*node
+	nodes := small[:0]
+	if len(req.Descriptors) > len(small) {
+		nodes = make([]*node, 0, len(req.Descriptors))
+	}
+	nodes = nodes[:len(req.Descriptors)]
+	var replaced map[string]bool
+	if root != nil {
+		for i, d := range req.Descriptors {
+			nodes[i] = root.match(d.Entries)
+			if o := d.GetLimit(); o != nil {
+				if n := s.override(o); n != nil {
+					nodes[i] = n
+				}
+			}
+			if n := nodes[i]; n != nil {
+				for _, l := range n.limits {
+					for _, r := range l.replaces {
+						if replaced == nil {
+							replaced = map[string]bool{}
+						}
+						replaced[r] = true
+					}
+				}
+			}
+		}
+	}
+
+	// Decide: on Redis, several counted descriptors in parallel, so that a
+	// request costs about one round trip, as envoyproxy/ratelimit's
+	// pipeline does.
+	var smallD [8]decided
+	ds := smallD[:0]
+	if len(req.Descriptors) > len(smallD) {
+		ds = make([]decided, 0, len(req.Descriptors))
+	}
+	ds = ds[:len(req.Descriptors)]
+	counted := 0
+	for i, n := range nodes {
+		switch {
+		case n == nil:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		case n.unlimited && len(n.limits) == 0:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		default:
+			counted++
+		}
+	}
+	if s.cfg.Redis != nil && counted > 1 {
+		// Copies, so that the goroutines never hold this frame's arrays.
+		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, resp.Statuses, counted))
+	} else {
+		for i, n := range nodes {
+			if resp.Statuses[i] == nil {
+				resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
+			}
+		}
+	}
+
+	overall := pb.RateLimitResponse_OK
+	var tightest *pb.RateLimitResponse_DescriptorStatus
+	var tightestPolicy string
+	var tightestPeriod time.Duration
+	for i, st := range resp.Statuses {
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			overall = pb.RateLimitResponse_OVER_LIMIT
+		}
+		if st.CurrentLimit != nil {
+			// The tightest: an over-limit status first, else the least remaining.
+			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
+				(st.Code == tightest.Code && st.LimitRemaining < tightest.LimitRemaining) {
+				tightest, tightestPolicy, tightestPeriod = st, ds[i].policy, ds[i].period
+			}
+		}
+	}
+	resp.OverallCode = overall
+	if tightest != nil && (s.cfg.RateLimitHeaders || s.cfg.LegacyHeaders) {
+		resp.ResponseHeadersToAdd = s.headers(tightest, tightestPolicy, tightestPeriod)
+	}
+	if s.cfg.OnResponse != nil {
+		s.cfg.OnResponse(domainLabel, overall)
+	}
+	return resp, nil
+}
+
+// decided is what a descriptor's status came from, for the headers.
+type decided struct {
+	policy string
+	period time.Duration
+}
+
+// decideParallel decides the descriptors whose status is still nil on at
+// most maxParallel goroutines.
+func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, nodes []*node, replaced map[string]bool, layer string, statuses []*pb.RateLimitResponse_DescriptorStatus, counted int) []decided {
+	ds := make([]decided, len(nodes))
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range min(counted, maxParallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
+				if statuses[i] == nil {
+					statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, layer)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ds
+}
+
+// hits is a descriptor's hits_addend: its own when set (0 checks), else
+// the request's, at least 1.
+func hits(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	return max(1, uint64(req.HitsAddend))
+}
+
+// decide runs a descriptor's limits: every one must admit; when one does
+// not, the units the others took are given back. The status is the
+// rejecting limit's, else the one with the least remaining.
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, layer string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
+	shared := ""
+	if n.shared {
+		shared = req.Domain
+	}
+	key := descriptorKey(shared, d.Entries)
+	h := hits(req, d)
+	cost := int64(min(h, math.MaxInt64))
+	var buf [4]checked
+	cs := buf[:0]
+	var over *checked
+	for _, l := range n.limits {
+		c := checked{rule: l, policy: l.policy}
+		if l.name != "" && replaced[l.name] {
+			c.skipped = true
+			cs = append(cs, c)
+			continue
+		}
+		if l.detailed != nil {
+			c.policy = l.detailed.name(l.policy, detailedValues(d.Entries))
+		}
+		switch {
+		case l.store == nil: // requests_per_unit 0
+			c.over = true
+			c.res = ratelimit.Result{ResetAfter: l.period}
+		case d.IsNegativeHits:
+			if h > 0 {
+				_ = l.store.Refund(ctx, key, cost)
+			}
+			c.res, c.fb = s.peek(ctx, l.store, key)
+		case h == 0:
+			c.res, c.fb = s.peek(ctx, l.store, key)
+			c.over = c.res.Remaining < 1
+		default:
+			var err error
+			c.res, c.fb, err = allow(ctx, l.store, key, cost)
+			if err != nil {
+				// A cost above what the limit ever admits, or a bad key:
+				// over, as envoyproxy/ratelimit answers a hits_addend past
+				// the limit.
+				c.res = ratelimit.Result{Limit: l.store.Limit().Quantity, ResetAfter: l.period}
+			}
+			c.over = err != nil || !c.res.Allowed
+			if err == nil && c.over && l.soft != nil {
+				if _, ok := l.soft.admit(key, cost); ok {
+					c.over, c.soft = false, true
+				}
+			}
+		}
+		cs = append(cs, c)
+		if c.over {
+			over = &cs[len(cs)-1]
+			break
+		}
+	}
+	if over != nil && h > 0 && !d.IsNegativeHits {
+		for i := range cs[:len(cs)-1] {
+			switch c := &cs[i]; {
+			case c.soft:
+				_ = c.rule.soft.overage.Refund(ctx, key, cost)
+			case !c.skipped && c.rule.store != nil:
+				_ = c.rule.store.Refund(ctx, key, cost)
+			}
+		}
+	}
+	pick := over
+	if pick == nil {
+		for i := range cs {
+			if c := &cs[i]; !c.skipped && (pick == nil || c.res.Remaining < pick.res.Remaining) {
+				pick = c
+			}
+		}
+	}
+	for i := range cs {
+		s.observe(layer, &cs[i])
+	}
+	if pick == nil { // every limit replaced
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, "", 0
+	}
+	code := pb.RateLimitResponse_OK
+	if pick.over && !pick.rule.shadow {
+		code = pb.RateLimitResponse_OVER_LIMIT
+	}
+	return &pb.RateLimitResponse_DescriptorStatus{
+		Code:               code,
+		CurrentLimit:       pick.rule.current,
+		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
+	}, pick.policy, pick.rule.period
+}
+
+// allow takes cost units, reporting whether the store's local fallback
+// decided.
+func allow(ctx context.Context, st ratelimit.Store, key string, cost int64) (ratelimit.Result, bool, error) {
+	if fd, ok := st.(ratelimit.FallbackDecider); ok {
+		return fd.Decide(ctx, key, cost)
+	}
+	r, err := st.Allow(ctx, key, cost)
+	return r, false, err
+}
+
+// peek reads a limit without counting: one unit taken and given back.
+// Remaining is what was left before.
+func (s *Server) peek(ctx context.Context, st ratelimit.Store, key string) (ratelimit.Result, bool) {
+	r, fb, err := allow(ctx, st, key, 1)
+	if err != nil {
+		return ratelimit.Result{Limit: st.Limit().Quantity}, fb
+	}
+	if r.Allowed {
+		_ = st.Refund(ctx, key, 1)
+		r.Remaining++
+	}
+	r.Allowed = true
+	r.RetryAfter = 0
+	return r, fb
+}
+
+// resetDuration is duration_until_reset: whole seconds, rounded up, for a
+// period of whole seconds (as envoyproxy/ratelimit reports it, and never
+// early); exact otherwise.
+func resetDuration(d, period time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if period%time.Second == 0 {
+		return (d + time.Second - 1) / time.Second * time.Second
+	}
+	return d
+}
+
+func (s *Server) observe(layer string, c *checked) {
+	if s.cfg.Observer == nil || c.skipped {
+		return
+	}
+	e := shed.Event{Layer: layer, Kind: shed.Admitted, Policy: c.policy, Fallback: c.fb, Over: c.soft}
+	if c.over {
+		if c.rule.shadow {
+			e.Kind = shed.WouldReject
+		} else {
+			e.Kind, e.Status = shed.Rejected, 429
+		}
+	}
+	s.cfg.Observer.Observe(e)
+}
+
+// descriptorKey is the key a descriptor is counted under within one
+// limit: every entry's key and value (after the domain, for a limit all
+// domains share), length-prefixed so that no two descriptors share one.
+func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry) string {
+	n := len(domain) + 1
+	for _, e := range es {
+		n += len(e.Key) + len(e.Value) + 8
+	}
+	b := make([]byte, 0, n)
+	if domain != "" {
+		b = append(b, domain...)
+		b = append(b, 0)
+	}
+	for _, e := range es {
+		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+		b = append(b, ':')
+		b = append(b, e.Key...)
+		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = append(b, ':')
+		b = append(b, e.Value...)
+	}
+	return string(b)
+}
+
+func detailedValues(es []*rlpb.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
+
+// validate refuses what envoyproxy/ratelimit refuses (an empty domain, no
+// descriptors) and what would cost without bound.
+func (s *Server) validate(req *pb.RateLimitRequest) error {
+	switch {
+	case req == nil:
+		return status.Error(codes.InvalidArgument, "rls: no request")
+	case req.Domain == "":
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case len(req.Descriptors) == 0:
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(req.Descriptors) > s.cfg.MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(req.Descriptors), s.cfg.MaxDescriptors)
+	case len(req.Domain) > s.cfg.MaxEntryBytes || !utf8.ValidString(req.Domain):
+		return status.Error(codes.InvalidArgument, "domain: too long or not UTF-8")
+	}
+	for i, d := range req.Descriptors {
+		if d == nil {
+			return status.Errorf(codes.InvalidArgument, "descriptors[%d] is null", i)
+		}
+		if len(d.Entries) > s.cfg.MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "descriptors[%d]: %d entries, at most %d", i, len(d.Entries), s.cfg.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if e == nil {
+				return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d] is null", i, j)
+			}
+			if len(e.Key) > s.cfg.MaxEntryBytes || len(e.Value) > s.cfg.MaxEntryBytes {
+				return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key or value longer than %d bytes", i, j, s.cfg.MaxEntryBytes)
+			}
+			if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+				return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key or value is not UTF-8", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// headers are the tightest limit's fields for the client.
+func (s *Server) headers(st *pb.RateLimitResponse_DescriptorStatus, policy string, period time.Duration) []*corepb.HeaderValue {
+	reset := st.DurationUntilReset.AsDuration()
+	secs := int64((reset + time.Second - 1) / time.Second)
+	q := uint64(st.CurrentLimit.RequestsPerUnit)
+	var out []*corepb.HeaderValue
+	if s.cfg.RateLimitHeaders {
+		name := strconv.Quote(policy)
+		out = append(out,
+			&corepb.HeaderValue{Key: "RateLimit-Policy", Value: fmt.Sprintf("%s;q=%d;w=%d", name, q, int64((period+time.Second-1)/time.Second))},
+			&corepb.HeaderValue{Key: "RateLimit", Value: fmt.Sprintf("%s;r=%d;t=%d", name, st.LimitRemaining, secs)})
+	}
+	if s.cfg.LegacyHeaders {
+		out = append(out,
+			&corepb.HeaderValue{Key: "x-ratelimit-limit", Value: strconv.FormatUint(q, 10)},
+			&corepb.HeaderValue{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			&corepb.HeaderValue{Key: "x-ratelimit-reset", Value: strconv.FormatInt(secs, 10)})
+	}
+	return out
+}

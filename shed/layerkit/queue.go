@@ -1,0 +1,392 @@
+package layerkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// Errors returned by WaitQueue.Wait; match them with errors.Is.
+// QueueRejection turns them into a *shed.Rejection.
+var (
+	// ErrQueueFull: the queue held MaxLength waiters, none of lower priority
+	// than the newcomer.
+	ErrQueueFull = errors.New("shed: wait queue full")
+	// ErrQueueTimeout: MaxWait or the request's deadline passed before
+	// capacity freed.
+	ErrQueueTimeout = errors.New("shed: wait queue timed out")
+	// ErrEvicted: a request of higher priority arrived at a full queue and
+	// took this waiter's place.
+	ErrEvicted = errors.New("shed: evicted from wait queue by a higher-priority request")
+)
+
+// QueueRejection maps an error from WaitQueue.Wait to what a layer returns:
+// nil for nil, a *shed.Rejection with the given status for ErrQueueFull,
+// ErrQueueTimeout and ErrEvicted (Reason "queue full", "queue wait timed out"
+// or "evicted by higher-priority request"; Waited set), and any other error
+// (a context error: the caller went away) unchanged. Every layer calls it so
+// that queue errors look the same whichever layer queued.
+func QueueRejection(status int, err error, waited time.Duration) error {
+	var reason string
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrQueueFull):
+		reason = "queue full"
+	case errors.Is(err, ErrQueueTimeout):
+		reason = "queue wait timed out"
+	case errors.Is(err, ErrEvicted):
+		reason = "evicted by higher-priority request"
+	default:
+		return err
+	}
+	return &shed.Rejection{Status: status, Reason: reason, Waited: waited}
+}
+
+// WaitQueue holds requests waiting for a layer's capacity and hands freed
+// capacity to them, highest priority first and FIFO within a priority (see
+// shed.QueueConfig.AdaptiveLIFO). It is bounded in length and in wait, honours
+// each request's context and deadline, and never lets a waiter that gave up
+// keep capacity.
+//
+// The queue does not know what capacity is: each waiter brings a take
+// function that tries to claim its share (typically an atomic
+// compare-and-swap on the layer's counter), and the layer calls Notify
+// whenever capacity may have freed. Use one queue per pool of capacity: a
+// waiter whose take fails blocks those behind it (lower priority, or later
+// at the same priority), which keeps a costly request from being starved by
+// cheap ones but means waiters for unrelated limits must not share a queue.
+//
+// take is called with the queue's lock held, so calls to take for one queue
+// never overlap and a grant is atomic with the waiter's state: take must be
+// quick, must not block, must not panic and must not call back into the
+// queue. giveBack and the caller's own code run outside the lock.
+//
+// A WaitQueue is safe for concurrent use. It starts no goroutines of its
+// own: the only ones are the Clock's timers for MaxWait, each stopped when
+// its waiter leaves the queue.
+type WaitQueue struct {
+	maxLen  int64
+	maxWait time.Duration
+	lifo    bool
+	clock   shed.Clock
+
+	// n counts waiters. It is written under mu but read without it, so that
+	// Notify on an empty queue (the common case on every release) costs one
+	// atomic load. A waiter stores n before its take, and a releaser frees
+	// capacity before it loads n, so one of them always sees the other.
+	n atomic.Int64
+
+	mu        sync.Mutex
+	levels    [shed.NumPriorities]waitList // by Priority.Index, lowest first
+	busySince time.Time                    // when the queue last became non-empty (AdaptiveLIFO)
+}
+
+// NewWaitQueue checks cfg and returns an empty queue.
+func NewWaitQueue(cfg shed.QueueConfig) (*WaitQueue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &WaitQueue{maxLen: int64(cfg.MaxLength), maxWait: cfg.MaxWait, lifo: cfg.AdaptiveLIFO,
+		clock: shed.ClockOr(cfg.Clock)}, nil
+}
+
+type waitState uint8
+
+const (
+	waiting   waitState = iota
+	granted             // take succeeded: the waiter owns the capacity
+	timedOut            // MaxWait or the deadline passed
+	evicted             // displaced by a higher-priority newcomer
+	abandoned           // the context ended first
+)
+
+// waiter is one queued request. Its fields are guarded by the queue's mu;
+// once state leaves waiting it never changes again, and ready is closed.
+type waiter struct {
+	prev, next *waiter
+	level      int
+	take       func() bool
+	state      waitState
+	ready      chan struct{}
+	timer      shed.Timer
+}
+
+// waitList is an intrusive doubly linked list, so that a waiter leaving
+// from the middle (timeout, cancellation) costs O(1).
+type waitList struct{ head, tail *waiter }
+
+func (l *waitList) pushBack(w *waiter) {
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+}
+
+func (l *waitList) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+// Wait enqueues a request of priority p and blocks until take succeeds for
+// it (the caller then owns the capacity take claimed, and Wait returns nil)
+// or until it gives up. It returns how long it waited.
+//
+// When nobody is waiting and take succeeds at once, Wait returns at once
+// without queueing (and without allocating). Otherwise the request queues
+// behind everyone already waiting, even if capacity is free, so that
+// newcomers never barge past waiters of their priority or above.
+//
+// It gives up with ErrQueueFull at once when the queue holds MaxLength
+// waiters and none has a lower priority than p (when one has, the lowest
+// priority waiter that would be served last is evicted and gets ErrEvicted
+// at once); with ErrQueueTimeout when MaxWait or deadline (when non-zero)
+// passes, or has already passed; and with an error wrapping ctx.Err() when
+// ctx ends. When deadline is ctx's own deadline (as Prepare sets it), either
+// of the last two may be reported: QueueRejection turns the first into a
+// rejection and passes the second through.
+//
+// If capacity is granted at the instant the waiter gives up (its context
+// ends as take succeeds), Wait calls giveBack, outside the queue's lock, to
+// return the capacity to the layer, and then dispatches again so that it is
+// handed to the next waiter rather than lost. giveBack may be nil only when
+// take claims nothing.
+func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Time, take func() bool, giveBack func()) (time.Duration, error) {
+	if take == nil {
+		return 0, errors.New("shed: WaitQueue.Wait: take is nil")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	q.mu.Lock()
+	if q.n.Load() == 0 && take() {
+		q.mu.Unlock()
+		return 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		q.mu.Unlock()
+		return 0, fmt.Errorf("shed: request gone before it queued: %w", err)
+	}
+	start := q.clock.Now()
+	timeout := q.maxWait
+	if !deadline.IsZero() {
+		if d := deadline.Sub(start); d < timeout {
+			timeout = d
+		}
+	}
+	if timeout <= 0 {
+		q.mu.Unlock()
+		return 0, ErrQueueTimeout
+	}
+	level := p.Index()
+	if q.n.Load() >= q.maxLen {
+		victim := q.victim(level, start)
+		if victim == nil {
+			q.mu.Unlock()
+			return 0, ErrQueueFull
+		}
+		q.finish(victim, evicted)
+	}
+	w := &waiter{level: level, take: take, ready: make(chan struct{})}
+	// The timer is set before the waiter is visible (Len), so that a test
+	// that sees it queued also sees its timer on a manual clock. It cannot
+	// fire early: expire needs mu.
+	w.timer = q.clock.AfterFunc(timeout, func() { q.expire(w) })
+	q.push(w, start)
+	q.dispatch()
+	q.mu.Unlock()
+
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		q.mu.Lock()
+		if w.state == waiting {
+			q.finish(w, abandoned)
+			// The waiter may have been the one holding up those behind it.
+			q.dispatch()
+			q.mu.Unlock()
+			return q.clock.Now().Sub(start), fmt.Errorf("shed: gave up waiting in queue: %w", ctx.Err())
+		}
+		q.mu.Unlock()
+	}
+	// w.state is final: it was set before ready was closed, or read under mu.
+	waited := q.clock.Now().Sub(start)
+	switch w.state {
+	case granted:
+		if err := ctx.Err(); err != nil {
+			// Granted as the caller left: hand the capacity on.
+			if giveBack != nil {
+				giveBack()
+			}
+			q.Notify()
+			return waited, fmt.Errorf("shed: gave up waiting in queue: %w", err)
+		}
+		return waited, nil
+	case evicted:
+		return waited, ErrEvicted
+	default:
+		return waited, ErrQueueTimeout
+	}
+}
+
+// Notify says capacity may have freed: a lease was released, or a rate
+// limiter refilled. It grants waiters, highest priority first, for as long
+// as their take succeeds. On an empty queue it costs one atomic load.
+func (q *WaitQueue) Notify() {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.dispatch()
+	q.mu.Unlock()
+}
+
+// Len returns how many requests are waiting.
+func (q *WaitQueue) Len() int { return int(q.n.Load()) }
+
+// dispatch grants waiters in order while their take succeeds. mu is held.
+func (q *WaitQueue) dispatch() {
+	if q.n.Load() == 0 {
+		return
+	}
+	lifo := q.lifoNow(time.Time{})
+	for q.n.Load() > 0 {
+		w := q.first(lifo)
+		if !w.take() {
+			return
+		}
+		q.finish(w, granted)
+	}
+}
+
+// lifoNow reports whether AdaptiveLIFO is in force: the queue has been
+// non-empty for longer than MaxWait/2. now may be zero to read the clock.
+// mu is held.
+func (q *WaitQueue) lifoNow(now time.Time) bool {
+	if !q.lifo || q.n.Load() == 0 {
+		return false
+	}
+	if now.IsZero() {
+		now = q.clock.Now()
+	}
+	return now.Sub(q.busySince) > q.maxWait/2
+}
+
+// first returns the waiter to serve next: the head (or, in LIFO, the tail)
+// of the highest non-empty priority. The queue must not be empty.
+func (q *WaitQueue) first(lifo bool) *waiter {
+	for i := shed.NumPriorities - 1; i >= 0; i-- {
+		l := &q.levels[i]
+		if l.head == nil {
+			continue
+		}
+		if lifo {
+			return l.tail
+		}
+		return l.head
+	}
+	panic("shed: WaitQueue.first on an empty queue") // unreachable: callers check n
+}
+
+// victim returns the waiter a newcomer at level may evict from a full
+// queue: of the lowest priority below level, the one that would be served
+// last (the newest; the oldest while LIFO is in force). nil when every
+// waiter's priority is level or above. mu is held.
+func (q *WaitQueue) victim(level int, now time.Time) *waiter {
+	for i := 0; i < level; i++ {
+		l := &q.levels[i]
+		if l.head == nil {
+			continue
+		}
+		if q.lifoNow(now) {
+			return l.head
+		}
+		return l.tail
+	}
+	return nil
+}
+
+func (q *WaitQueue) push(w *waiter, now time.Time) {
+	if q.n.Load() == 0 {
+		q.busySince = now
+	}
+	q.levels[w.level].pushBack(w)
+	q.n.Add(1)
+}
+
+// finish takes a waiting w out of the queue in its final state and wakes
+// it. mu is held. Stopping the timer under mu is safe: a Timer's Stop must
+// not wait for its callback, and expire ignores a waiter that has finished.
+func (q *WaitQueue) finish(w *waiter, s waitState) {
+	q.levels[w.level].remove(w)
+	q.n.Add(-1)
+	w.state = s
+	if w.timer != nil && s != timedOut {
+		w.timer.Stop()
+	}
+	close(w.ready)
+}
+
+// expire is w's MaxWait/deadline timer.
+func (q *WaitQueue) expire(w *waiter) {
+	q.mu.Lock()
+	if w.state == waiting {
+		q.finish(w, timedOut)
+		q.dispatch()
+	}
+	q.mu.Unlock()
+}
+
+// Lowest returns the priority of the lowest waiter, and false when nobody
+// waits.
+func (q *WaitQueue) Lowest() (shed.Priority, bool) {
+	if q.n.Load() == 0 {
+		return 0, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := 0; i < shed.NumPriorities; i++ {
+		if q.levels[i].head != nil {
+			return shed.Priorities()[i], true
+		}
+	}
+	return 0, false
+}
+
+// Evict does what a full queue does for a newcomer of priority p: the
+// waiter of the lowest priority below p that would be served last gives up
+// with ErrEvicted. It reports whether there was one. A layer that bounds
+// several queues together (one per key, say) calls it on the queue that
+// holds the lowest waiter, so that every layer's full queue behaves alike.
+func (q *WaitQueue) Evict(p shed.Priority) bool {
+	if q.n.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	v := q.victim(p.Index(), q.clock.Now())
+	if v == nil {
+		return false
+	}
+	q.finish(v, evicted)
+	// The victim may have been the one holding up those behind it.
+	q.dispatch()
+	return true
+}
