@@ -26,12 +26,15 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedclient"
+	"github.com/loadshed/loadshed/shedgrpc"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/shedotel"
 	"github.com/loadshed/loadshed/shedprom"
@@ -44,6 +47,7 @@ var (
 	metrics shed.Observer
 	layers  []shed.Layer
 	limits  shed.Layer
+	chain   *shed.Chain
 	client  redis.UniversalClient
 	addr    = "127.0.0.1:8080"
 	mux     = http.NewServeMux()

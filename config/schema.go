@@ -19,6 +19,8 @@ type File struct {
 	// HTTP says how the middleware turns an HTTP request into a shed
 	// request: whose it is, and how important its route is.
 	HTTP HTTP `yaml:"http"`
+	// GRPC says how the gRPC interceptors turn a call into a shed request.
+	GRPC GRPC `yaml:"grpc"`
 	// Layers run in this order, each a section with exactly one of
 	// `ratelimit`, `concurrency`, `fleet`, `worker`. Required: at least one.
 	Layers []Layer `yaml:"layers"`

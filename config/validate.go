@@ -61,6 +61,7 @@ func validate(f *File, opts Options) Errors {
 	c.durations(reflect.ValueOf(f).Elem(), "")
 	c.redis(f)
 	c.http(&f.HTTP)
+	c.grpc(&f.GRPC)
 	if len(f.Layers) == 0 {
 		c.errorf("layers", layerKinds, "at least one layer is required")
 	}

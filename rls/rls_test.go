@@ -427,3 +427,32 @@ func TestSoftModeErrors(t *testing.T) {
 		}
 	}
 }
+
+// A limit in shadow mode is never the one the RateLimit fields name, even
+// when it is the tightest or over (issue 24's bug, in the service): a
+// client honouring the fields would slow down to a limit nobody enforces.
+func TestResponseHeadersLeaveOutShadowLimits(t *testing.T) {
+	s, _ := testServer(t, Config{RateLimitHeaders: true, LegacyHeaders: true}, "api.yaml")
+	for i, wantRemaining := range []string{"2", "1"} {
+		r := ask(t, s, "api", desc("beta=x"), desc("remote_address=a"))
+		if r.OverallCode != pb.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, want OK (beta is in shadow mode)", i, r.OverallCode)
+		}
+		got := map[string]string{}
+		for _, h := range r.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+		}
+		if got["x-ratelimit-limit"] != "3" || got["x-ratelimit-remaining"] != wantRemaining {
+			t.Fatalf("request %d: legacy fields %v, want remote_address's limit 3, remaining %s", i, got, wantRemaining)
+		}
+		for _, k := range []string{"RateLimit", "RateLimit-Policy"} {
+			if strings.Contains(got[k], "beta") || strings.Contains(got[k], "q=1") || strings.Contains(got[k], "r=0") {
+				t.Fatalf("request %d: %s = %q names the shadow limit", i, k, got[k])
+			}
+		}
+	}
+	// Only shadow limits: no fields at all.
+	if r := ask(t, s, "api", desc("beta=y")); len(r.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("fields from a shadow limit alone: %v", r.ResponseHeadersToAdd)
+	}
+}

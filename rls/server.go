@@ -318,7 +318,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	} else {
 		for i, n := range nodes {
 			if resp.Statuses[i] == nil {
-				resp.Statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
+				resp.Statuses[i], ds[i] = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
 			}
 		}
 	}
@@ -331,7 +331,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			overall = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if st.CurrentLimit != nil {
+		if st.CurrentLimit != nil && !ds[i].shadow {
 			// The tightest: an over-limit status first, else the least remaining.
 			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
 				(st.Code == tightest.Code && st.LimitRemaining < tightest.LimitRemaining) {
@@ -353,6 +353,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 type decided struct {
 	policy string
 	period time.Duration
+	// shadow: the status is a limit's in shadow mode, which decides and
+	// records but must not reach clients (a client honouring the fields
+	// would slow down to a limit nobody enforces).
+	shadow bool
 }
 
 // decideParallel decides the descriptors whose status is still nil on at
@@ -367,7 +371,7 @@ func (s *Server) decideParallel(ctx context.Context, req *pb.RateLimitRequest, n
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < len(nodes); i = int(next.Add(1)) - 1 {
 				if statuses[i] == nil {
-					statuses[i], ds[i].policy, ds[i].period = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, layer)
+					statuses[i], ds[i] = s.decide(ctx, req, req.Descriptors[i], nodes[i], replaced, layer)
 				}
 			}
 		}()
@@ -388,7 +392,7 @@ func hits(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
 // decide runs a descriptor's limits: every one must admit; when one does
 // not, the units the others took are given back. The status is the
 // rejecting limit's, else the one with the least remaining.
-func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, layer string) (*pb.RateLimitResponse_DescriptorStatus, string, time.Duration) {
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor, n *node, replaced map[string]bool, layer string) (*pb.RateLimitResponse_DescriptorStatus, decided) {
 	shared := ""
 	if n.shared {
 		shared = req.Domain
@@ -438,7 +442,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 			}
 		}
 		cs = append(cs, c)
-		if c.over {
+		// A limit in shadow mode that is over is recorded (observe) but
+		// stops nothing: the enforced limits after it still count, and
+		// those before it keep what they took.
+		if c.over && !l.shadow {
 			over = &cs[len(cs)-1]
 			break
 		}
@@ -456,7 +463,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	pick := over
 	if pick == nil {
 		for i := range cs {
-			if c := &cs[i]; !c.skipped && (pick == nil || c.res.Remaining < pick.res.Remaining) {
+			// An enforced limit's status before a shadow one's, then the
+			// least remaining.
+			if c := &cs[i]; !c.skipped && (pick == nil || (pick.rule.shadow && !c.rule.shadow) ||
+				(pick.rule.shadow == c.rule.shadow && c.res.Remaining < pick.res.Remaining)) {
 				pick = c
 			}
 		}
@@ -465,7 +475,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		s.observe(layer, &cs[i])
 	}
 	if pick == nil { // every limit replaced
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, "", 0
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, decided{}
 	}
 	code := pb.RateLimitResponse_OK
 	if pick.over && !pick.rule.shadow {
@@ -476,7 +486,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		CurrentLimit:       pick.rule.current,
 		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
-	}, pick.policy, pick.rule.period
+	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow}
 }
 
 // allow takes cost units, reporting whether the store's local fallback

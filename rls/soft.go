@@ -7,10 +7,11 @@ import (
 
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // Soft is a limit's soft mode: past the limit, a key may go Overage
-// further for at most OverageFor per episode (shed.Episode), and the
+// further for at most OverageFor per episode (layerkit.Episode), and the
 // status says OK while it does; the event is marked Over.
 type Soft struct {
 	// Overage is how far past the limit, as a fraction (default 0.1).
@@ -39,7 +40,7 @@ type softLimit struct {
 	clock   shed.Clock
 
 	mu        sync.Mutex
-	cur, prev map[string]*shed.Episode
+	cur, prev map[string]*layerkit.Episode
 }
 
 func newSoftLimit(s *Soft, l *Limit, clock shed.Clock) (*softLimit, error) {
@@ -60,10 +61,10 @@ func newSoftLimit(s *Soft, l *Limit, clock shed.Clock) (*softLimit, error) {
 	if clock == nil {
 		clock = shed.SystemClock
 	}
-	return &softLimit{enf: enf, overage: m, clock: clock, cur: map[string]*shed.Episode{}}, nil
+	return &softLimit{enf: enf, overage: m, clock: clock, cur: map[string]*layerkit.Episode{}}, nil
 }
 
-func (s *softLimit) episode(key string) *shed.Episode {
+func (s *softLimit) episode(key string) *layerkit.Episode {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ep, ok := s.cur[key]; ok {
@@ -71,10 +72,10 @@ func (s *softLimit) episode(key string) *shed.Episode {
 	}
 	ep, ok := s.prev[key]
 	if !ok {
-		ep = &shed.Episode{}
+		ep = &layerkit.Episode{}
 	}
 	if len(s.cur) >= maxEpisodes {
-		s.prev, s.cur = s.cur, map[string]*shed.Episode{}
+		s.prev, s.cur = s.cur, map[string]*layerkit.Episode{}
 	}
 	s.cur[key] = ep
 	return ep
@@ -86,8 +87,8 @@ func (s *softLimit) admit(key string, cost int64) (ratelimit.Result, bool) {
 	ctx := context.Background() // the overage is in memory: nothing to cancel
 	r, err := s.overage.Allow(ctx, key, cost)
 	within := err == nil && r.Allowed
-	v := s.enf.DecideOver(s.clock.Now(), within, s.episode(key))
-	if v == shed.AdmitOver {
+	v := layerkit.DecideOver(s.enf, s.clock.Now(), within, s.episode(key))
+	if v == layerkit.AdmitOver {
 		return r, true
 	}
 	if within {

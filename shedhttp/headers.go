@@ -5,11 +5,12 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/loadshed/loadshed/internal/ratefield"
 )
 
 // Response header names, in canonical form so that they are set without
@@ -31,104 +32,12 @@ const (
 	HeaderXRateLimitReset     = "X-Ratelimit-Reset"
 )
 
-// sfIntMax is the largest structured-field Integer (RFC 9651: 15 digits).
-const sfIntMax = 999_999_999_999_999
-
-// maxPolicyName bounds a policy name in the headers.
-const maxPolicyName = 64
-
-func sfInt(b []byte, v int64) []byte {
-	if v < 0 {
-		v = 0
-	}
-	if v > sfIntMax {
-		v = sfIntMax
-	}
-	return strconv.AppendInt(b, v, 10)
-}
-
-// sfSeconds is d in whole seconds, rounded up, as a structured Integer.
-func sfSeconds(b []byte, d time.Duration) []byte { return sfInt(b, shed.CeilSeconds(d)) }
-
-// appendSFString appends s as a structured-field String (RFC 9651 §3.3.3):
-// quoted, with '"' and '\' escaped. Bytes a String cannot hold (controls,
-// non-ASCII) become '?', and long names are cut, so a layer's policy name
-// can never break the field.
-func appendSFString(b []byte, s string) []byte {
-	if s == "" {
-		s = "default"
-	}
-	if len(s) > maxPolicyName {
-		s = s[:maxPolicyName]
-	}
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
-// appendPolicyItem appends one RateLimit-Policy item: `"name";q=100;w=60`,
-// or, for a limit on requests in flight (no window),
-// `"name";q=10;qu="concurrent-requests"`.
-func appendPolicyItem(b []byte, q *shed.Quota) []byte {
-	b = appendSFString(b, q.Policy)
-	b = append(b, ";q="...)
-	b = sfInt(b, q.Limit)
-	if q.Window > 0 {
-		b = append(b, ";w="...)
-		b = sfSeconds(b, q.Window)
-	} else {
-		b = append(b, `;qu="concurrent-requests"`...)
-	}
-	return b
-}
-
-// appendLimitItem appends one RateLimit item: `"name";r=0;t=30`. A request
-// admitted above its limit (soft or elastic) is marked with the boolean
-// parameter loadshed-over, prefixed with our name as the draft asks of
-// implementation-specific parameters.
-func appendLimitItem(b []byte, q *shed.Quota, over bool) []byte {
-	return appendLimitRest(appendLimitStart(b, q), q, over)
-}
-
-// appendLimitStart appends the part of a RateLimit item that does not
-// change from request to request: `"name";r=`.
-func appendLimitStart(b []byte, q *shed.Quota) []byte {
-	return append(appendSFString(b, q.Policy), ";r="...)
-}
-
-// appendLimitRest appends the rest: `0;t=30`.
-func appendLimitRest(b []byte, q *shed.Quota, over bool) []byte {
-	b = sfInt(b, q.Remaining)
-	if q.Window > 0 || q.Reset > 0 {
-		b = append(b, ";t="...)
-		b = sfSeconds(b, q.Reset)
-	}
-	if over {
-		b = append(b, ";loadshed-over"...)
-	}
-	return b
-}
-
 // appendQuota appends q's items to the RateLimit-Policy and RateLimit
 // values being built, after a ", " when they already hold one. The buffers
 // are passed in and returned, not kept in a struct behind a pointer, so
 // that the callers' stack arrays stay on the stack.
 func appendQuota(policy, limit []byte, q *shed.Quota, over bool) ([]byte, []byte) {
-	if len(policy) > 0 {
-		policy = append(policy, ", "...)
-		limit = append(limit, ", "...)
-	}
-	return appendPolicyItem(policy, q), appendLimitItem(limit, q, over)
+	return ratefield.AppendQuota(policy, limit, q, over)
 }
 
 // tightest remembers, for the legacy headers, the quota with the fewest
@@ -188,10 +97,10 @@ func setQuotaFields(h http.Header, pv, lv []string, t *tightest, legacy bool, no
 	}
 	if legacy {
 		v := new(legacyValues)
-		v.vals[0] = v.str(sfInt(v.buf[:0], t.limit))
-		v.vals[1] = v.str(sfInt(v.buf[v.n:v.n], t.remaining))
+		v.vals[0] = v.str(ratefield.AppendInt(v.buf[:0], t.limit))
+		v.vals[1] = v.str(ratefield.AppendInt(v.buf[v.n:v.n], t.remaining))
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
-		v.vals[2] = v.str(sfInt(v.buf[v.n:v.n], now.Unix()+shed.CeilSeconds(t.reset)))
+		v.vals[2] = v.str(ratefield.AppendInt(v.buf[v.n:v.n], now.Unix()+shed.CeilSeconds(t.reset)))
 		h[HeaderXRateLimitLimit] = v.vals[0:1:1]
 		h[HeaderXRateLimitRemaining] = v.vals[1:2:2]
 		h[HeaderXRateLimitReset] = v.vals[2:3:3]
@@ -475,9 +384,9 @@ func (c *policySets) add(h uint64, leases []shed.Lease) *policySet {
 		if len(s.keys) > 0 {
 			policy = append(policy, ", "...)
 		}
-		policy = appendPolicyItem(policy, q)
+		policy = ratefield.AppendPolicyItem(policy, q)
 		s.keys = append(s.keys, policyKey{q.Policy, q.Limit, q.Window})
-		s.starts = append(s.starts, string(appendLimitStart(nil, q)))
+		s.starts = append(s.starts, string(ratefield.AppendLimitStart(nil, q)))
 	}
 	s.policy = string(policy)
 	next := make(map[uint64]*policySet, n+1)

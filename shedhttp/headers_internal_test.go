@@ -1,6 +1,7 @@
 package shedhttp
 
 import (
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
@@ -49,10 +50,10 @@ func TestPolicyCacheIsBoundedAndConcurrencySafe(t *testing.T) {
 
 func TestFieldValuesDoNotShareBytes(t *testing.T) {
 	var v legacyValues
-	a := v.str(sfInt(v.buf[v.n:v.n], 123456789012345))
-	b := v.str(sfInt(v.buf[v.n:v.n], 999))
-	c := v.str(sfInt(v.buf[v.n:v.n], 1<<62))
-	d := v.str(sfInt(v.buf[v.n:v.n], 5)) // the buffer is full: copied out
+	a := v.str(ratefield.AppendInt(v.buf[v.n:v.n], 123456789012345))
+	b := v.str(ratefield.AppendInt(v.buf[v.n:v.n], 999))
+	c := v.str(ratefield.AppendInt(v.buf[v.n:v.n], 1<<62))
+	d := v.str(ratefield.AppendInt(v.buf[v.n:v.n], 5)) // the buffer is full: copied out
 	if a != "123456789012345" || b != "999" || c != "999999999999999" || d != "5" {
 		t.Errorf("got %q %q %q %q", a, b, c, d)
 	}

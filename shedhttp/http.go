@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/loadshed/loadshed/internal/ratefield"
+	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
 	"io"
 	"net"
@@ -101,6 +103,13 @@ type Config struct {
 	// Cost is how many units a request takes (default 1). Values below 1
 	// count as 1.
 	Cost func(r *http.Request) int64
+	// Propagation, when set, believes the priority a trusted caller
+	// propagated (Loadshed-Priority) over the route's, shortens the
+	// request's deadline to the budget a caller sent (Loadshed-Budget),
+	// and puts every admitted request's priority in the handler's context
+	// (shed.WithPriority), so that the calls it makes carry it on (see
+	// package propagation).
+	Propagation *propagation.Config
 
 	// Skip, when set and true for a request, sends it straight to the
 	// handler without running the chain: health checks and metrics
@@ -154,6 +163,7 @@ type middleware struct {
 	legacy    bool
 	show      fieldFilter
 	clock     shed.Clock
+	trust     *propagation.Trust // Config.Propagation
 	states    sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
 	// caches what admitted requests' fields need per set of policies.
@@ -222,6 +232,12 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	var trust *propagation.Trust
+	if cfg.Propagation != nil {
+		if trust, err = propagation.New(*cfg.Propagation, "shedhttp", "Config.Propagation"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -229,7 +245,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, keyError: cfg.KeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
 		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, show: newFieldFilter(cfg.DiscloseCapacity, cfg.ShowDryRun),
-		clock: shed.ClockOr(cfg.Clock),
+		clock: shed.ClockOr(cfg.Clock), trust: trust,
 	}
 	if m.key == nil {
 		m.key = ip.Key
@@ -268,6 +284,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, ok := m.request(w, r)
 	if !ok {
 		return
+	}
+	if m.trust != nil {
+		var cancel func()
+		r, cancel = m.propagate(r, req.Priority)
+		defer cancel()
 	}
 	st := m.states.Get().(*httpState)
 	if err := m.chain.Acquire(r.Context(), req, &st.grant); err != nil {
@@ -329,7 +350,7 @@ func (m *middleware) writeLeaseFields(h http.Header, leases []shed.Lease, more b
 			if j > 0 {
 				b = append(b, ", "...)
 			}
-			b = appendLimitRest(append(b, set.starts[j]...), q, leases[i].Over)
+			b = ratefield.AppendLimitRest(append(b, set.starts[j]...), q, leases[i].Over)
 			t.see(q)
 			j++
 		}
@@ -438,6 +459,11 @@ func (m *middleware) request(w http.ResponseWriter, r *http.Request) (shed.Reque
 	}
 	if p, ok := shed.PriorityFrom(r.Context()); ok && p.Valid() {
 		prio = p
+	}
+	if m.trust != nil {
+		if p, ok := m.propagatedPriority(r, key); ok {
+			prio = p
+		}
 	}
 	if m.priority != nil {
 		if p := m.priority(r, prio); p.Valid() {

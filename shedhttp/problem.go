@@ -1,6 +1,7 @@
 package shedhttp
 
 import (
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
@@ -62,14 +63,7 @@ func writeRejection(w http.ResponseWriter, rej *shed.Rejection, legacy bool, sho
 		if !shown(&q, show) {
 			continue
 		}
-		// The draft asks that Retry-After not point before the end of the
-		// effective window (t): a client told r=0 for t seconds should
-		// not be told to come back sooner. Units may come back before the
-		// whole quota does, so t is cut to the retry time, not the
-		// reverse.
-		if rej.RetryAfter > 0 && q.Reset > rej.RetryAfter {
-			q.Reset = rej.RetryAfter
-		}
+		q = ratefield.CutReset(q, rej.RetryAfter)
 		policy, limit = appendQuota(policy, limit, &q, false)
 		t.see(&q)
 		violated = append(violated, rej.Policies[i])
@@ -133,8 +127,8 @@ func writeProblemValues(w http.ResponseWriter, status int, detail string, polici
 			if name == "" {
 				name = "default"
 			}
-			if len(name) > maxPolicyName {
-				name = name[:maxPolicyName]
+			if len(name) > ratefield.MaxPolicyName {
+				name = name[:ratefield.MaxPolicyName]
 			}
 			b = appendJSONString(b, name)
 		}

@@ -2,6 +2,7 @@ package shedhttp
 
 import (
 	"fmt"
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/shed"
 	"sync"
 	"testing"
@@ -70,16 +71,16 @@ func TestRouteTableCachesAndBounds(t *testing.T) {
 }
 
 func TestAppendSFStringAndJSON(t *testing.T) {
-	if got := string(appendSFString(nil, "a\"b\\c\x01é")); got != `"a\"b\\c???"` {
+	if got := string(ratefield.AppendString(nil, "a\"b\\c\x01é")); got != `"a\"b\\c???"` {
 		t.Errorf("sf-string = %s", got)
 	}
-	if got := string(appendSFString(nil, "")); got != `"default"` {
+	if got := string(ratefield.AppendString(nil, "")); got != `"default"` {
 		t.Errorf("empty sf-string = %s", got)
 	}
 	if got := string(appendJSONString(nil, "a\"<\n\xffé\u2028")); got != `"a\"\u003c\n\ufffdé\u2028"` {
 		t.Errorf("json = %s", got)
 	}
-	if got := string(sfInt(nil, 1<<62)); got != "999999999999999" {
+	if got := string(ratefield.AppendInt(nil, 1<<62)); got != "999999999999999" {
 		t.Errorf("sf-integer clamp = %s", got)
 	}
 }

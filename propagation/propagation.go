@@ -1,0 +1,192 @@
+// Package propagation carries a request's priority and remaining deadline
+// to the services it calls, so that a critical call stays critical one hop
+// later. The cooperating client (package shedclient) writes them; the HTTP
+// middleware (shedhttp) and the gRPC interceptors (shedgrpc) read them,
+// believing a propagated priority only from callers they trust.
+//
+// On HTTP the priority travels as Loadshed-Priority: critical and the
+// remaining budget as Loadshed-Budget: 250 (milliseconds); on gRPC the
+// priority travels as the loadshed-priority metadata and the deadline as
+// gRPC's own grpc-timeout. A caller is trusted when its address (as the
+// front end resolves it, through trusted proxies) is one of TrustedPeers,
+// or when it presents the shared Token (Loadshed-Token / loadshed-token).
+// Anyone else's priority is ignored and counted: a client on the internet
+// cannot promote itself to critical.
+package propagation
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/clientip"
+	"github.com/loadshed/loadshed/shed"
+)
+
+// The HTTP header names, canonical, and the gRPC metadata keys, lower case.
+const (
+	PriorityHeader   = "Loadshed-Priority"
+	BudgetHeader     = "Loadshed-Budget"
+	TokenHeader      = "Loadshed-Token"
+	PriorityMetadata = "loadshed-priority"
+	TokenMetadata    = "loadshed-token"
+)
+
+// MaxBudget bounds a propagated budget: a larger one is read as this, so
+// that a hostile value cannot overflow a deadline.
+const MaxBudget = 24 * time.Hour
+
+// Config says whose propagated priority a server believes.
+type Config struct {
+	// TrustedPeers are the CIDRs or addresses of the services whose
+	// propagated priority is believed. The address checked is the client
+	// address the front end resolves (through its own trusted proxies), so
+	// a proxy passing an outside client's header along does not make it
+	// trusted.
+	TrustedPeers []string
+	// Token, when set, is a shared secret: a caller that presents it is
+	// believed wherever it calls from. Send it only over private links.
+	Token string
+	// Lower, when set, may lower an accepted priority (never raise it):
+	// given the caller's key and the propagated priority, it returns the
+	// priority to use; a higher or invalid result keeps the propagated one.
+	Lower func(caller string, p shed.Priority) shed.Priority
+	// OnUntrusted, when set, is called with the caller's key for every
+	// propagated priority ignored because the caller is not trusted: count
+	// it, since it is either a misconfigured peer or a client trying to
+	// promote itself.
+	OnUntrusted func(caller string)
+}
+
+// Trust decides on propagated priorities. A nil *Trust believes nobody
+// and counts nothing. It is safe for concurrent use.
+type Trust struct {
+	peers     []netip.Prefix
+	token     [sha256.Size]byte
+	tokenOn   bool
+	lower     func(string, shed.Priority) shed.Priority
+	untrusted func(string)
+	ignored   atomic.Int64
+}
+
+// New checks cfg and builds a Trust. pkg and field name where cfg sits in
+// the caller's configuration, for errors ("shedhttp", "Config.Propagation").
+func New(cfg Config, pkg, field string) (*Trust, error) {
+	peers, err := clientip.ParsePrefixes(cfg.TrustedPeers, pkg, field+".TrustedPeers")
+	if err != nil {
+		return nil, err
+	}
+	if len(peers) == 0 && cfg.Token == "" {
+		return nil, fmt.Errorf("%s: %s trusts nobody: set TrustedPeers or Token", pkg, field)
+	}
+	t := &Trust{peers: peers, lower: cfg.Lower, untrusted: cfg.OnUntrusted}
+	if cfg.Token != "" {
+		// Compared as hashes, so that the comparison takes the same time
+		// whatever length the presented token has.
+		t.token, t.tokenOn = sha256.Sum256([]byte(cfg.Token)), true
+	}
+	return t, nil
+}
+
+// ErrUntrusted is what Accept reports for a priority from a caller it does
+// not trust.
+var ErrUntrusted = errors.New("propagation: priority from an untrusted caller")
+
+// Accept returns the priority a caller propagated (word), when there is one
+// and the caller is trusted: its address is one of the trusted peers, or
+// token is the shared one. No word gives (Unset, nil); a word from an
+// untrusted caller gives ErrUntrusted and is counted (Ignored); a word
+// that is no priority is an error. caller is the caller's key, for Lower.
+func (t *Trust) Accept(word string, addr netip.Addr, token, caller string) (shed.Priority, error) {
+	if word == "" {
+		return shed.Unset, nil
+	}
+	if t == nil {
+		return shed.Unset, ErrUntrusted
+	}
+	if !t.trusted(addr, token) {
+		t.ignored.Add(1)
+		if t.untrusted != nil {
+			t.untrusted(caller)
+		}
+		return shed.Unset, ErrUntrusted
+	}
+	p, err := shed.ParsePriority(word)
+	if err != nil {
+		return shed.Unset, err
+	}
+	if t.lower != nil {
+		if q := t.lower(caller, p); q.Valid() && q < p {
+			p = q
+		}
+	}
+	return p, nil
+}
+
+func (t *Trust) trusted(addr netip.Addr, token string) bool {
+	if addr.IsValid() && clientip.Contains(t.peers, addr) {
+		return true
+	}
+	if !t.tokenOn || token == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], t.token[:]) == 1
+}
+
+// Ignored returns how many propagated priorities were ignored because
+// their callers were not trusted.
+func (t *Trust) Ignored() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.ignored.Load()
+}
+
+// FormatBudget formats the time left until deadline, from now, as the
+// Loadshed-Budget value: whole milliseconds, at least 0.
+func FormatBudget(deadline, now time.Time) string {
+	d := deadline.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return strconv.FormatInt(int64(d/time.Millisecond), 10)
+}
+
+// ParseBudget reads a Loadshed-Budget value: whole milliseconds, at most
+// MaxBudget (a larger one reads as MaxBudget). Anything else (negative,
+// not a number) is not ok.
+func ParseBudget(s string) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || !allDigits(s) {
+		return 0, false
+	}
+	// More than 12 digits is more than MaxBudget whatever they say, and
+	// would overflow ParseInt or the Duration.
+	if len(s) > 12 {
+		return MaxBudget, true
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if d := time.Duration(n) * time.Millisecond; d <= MaxBudget {
+		return d, true
+	}
+	return MaxBudget, true
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
