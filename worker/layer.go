@@ -591,9 +591,12 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	defer l.notify()
 	// Only work that ran to its end says how long work takes: a dropped
 	// caller's or an unused lease's time says nothing about the service.
-	if l.lim != nil && !lease.Acquired.IsZero() && (o == shed.Completed || o == shed.Failed) {
-		now := l.now()
-		l.lim.observe(now, now.Sub(lease.Acquired))
+	if l.lim != nil && (o == shed.Completed || o == shed.Failed) {
+		l.lim.done.Add(1)
+		if !lease.Acquired.IsZero() {
+			now := l.now()
+			l.lim.observe(now, now.Sub(lease.Acquired))
+		}
 	}
 }
 

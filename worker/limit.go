@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cacheline"
 	"github.com/loadshed/loadshed/shed"
-
 	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
@@ -90,8 +90,12 @@ type limiter struct {
 	limit  atomic.Int64 // the learnt limit, in units
 	start  atomic.Int64 // unix ns the window began
 	window atomic.Int64 // the window's length, ns
-	sum    atomic.Int64 // ns of latency in the window
-	count  atomic.Int64 // completions in the window
+	sum    atomic.Int64 // ns of latency in the window, of the sampled completions
+	count  atomic.Int64 // sampled completions in the window
+	// done counts the completions in the window, sampled or not: every
+	// release writes it, so it has a cache line of its own, away from the
+	// fields every admission reads.
+	done   cacheline.Int64
 	bound  atomic.Bool  // a request queued over the limit in the window
 	capped atomic.Bool  // the CPU or the scheduler is saturated: do not grow
 	mean   atomic.Int64 // smoothed latency of admitted work, ns (queue bounds)
@@ -161,13 +165,13 @@ func (l *limiter) observe(now time.Time, latency time.Duration) bool {
 		return false // closed by another release meanwhile
 	}
 	l.start.Store(t)
-	sum, count := l.sum.Swap(0), l.count.Swap(0)
+	sum, count, done := l.sum.Swap(0), l.count.Swap(0), l.done.Swap(0)
 	bound := l.bound.Swap(false)
 	if count == 0 {
 		return false
 	}
 	before := l.limit.Load()
-	l.update(float64(sum)/float64(count), float64(count)/float64(elapsed), bound, l.capped.Load())
+	l.update(float64(sum)/float64(count), float64(max(done, count))/float64(elapsed), bound, l.capped.Load())
 	return l.limit.Load() != before
 }
 
@@ -384,14 +388,21 @@ const (
 )
 
 // timedLease returns a lease for cost units already counted in flight,
-// stamped with the time of admission: the learnt limit measures from it.
+// stamped with the time of admission while the window has fewer than
+// maxWindowSamples latencies: the learnt limit measures from it. Past
+// that, a busy service's requests go unstamped and cost no clock reading;
+// their completions are still counted, for the throughput.
 func (l *Layer) timedLease(cost int64) shed.Lease {
 	ls := l.lease(cost)
-	if l.lim != nil {
+	if l.lim != nil && l.lim.count.Load() < maxWindowSamples {
 		ls.Acquired = l.now()
 	}
 	return ls
 }
+
+// maxWindowSamples is the most latencies a window needs: beyond a few
+// hundred, more only cost clock readings.
+const maxWindowSamples = 256
 
 // monoBase anchors now's readings of the system clock.
 var monoBase = time.Now()

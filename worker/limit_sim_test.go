@@ -251,6 +251,7 @@ func simulate(t testing.TB, run simRun) *simResult {
 			s.done[r.prio]++
 			s.latency[r.prio] = append(s.latency[r.prio], now-r.arrived)
 			res.slices[int(now/simSlice)].finished++
+			lim.done.Add(1)
 			lim.observe(t0.Add(now), now-r.admitted)
 		}
 		// Waiters past their bound give up.
