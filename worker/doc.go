@@ -99,9 +99,12 @@
 // critical p99 is 1.09-1.37 times the floor's at 2x and 5x, and the p99
 // of everything served 1.16-1.53 times.
 //
-// The request path, while nobody waits and the limit has room, is a
-// compare-and-swap on the in-flight count and a reading of the monotonic
-// clock; a release adds the latency to the window with two atomic adds.
+// The request path, while nobody waits and the limit has room, is a few
+// atomic loads and a compare-and-swap on the in-flight count, plus, for
+// the first 256 requests of each window, a reading of the monotonic clock;
+// a release counts the completion with one atomic add, and adds a sampled
+// latency with two more (BenchmarkAcquireRelease: about what a fixed
+// worker budget costs).
 //
 // # Signals
 //
