@@ -192,6 +192,13 @@ func CPUBound() Config {
 // capacity, worker count or latency target. Change any field before New.
 func DefaultConfig() Config { return Config{Interval: DefaultInterval} }
 
+// learntSchedLatencyTarget is SchedLatencyTarget's default with the
+// learnt limit: the limit keeps the handlers it admits from crowding the
+// run queue (each yields once before it starts), so the level need only
+// move on a scheduler latency that is a real backlog (a neighbour taking
+// the CPU), not on the bursts of a flood's first moments.
+const learntSchedLatencyTarget = 40 * time.Millisecond
+
 // learntCPUFull is CPU.Full's default with the learnt limit: the CPU
 // signal reads ShedAt (0.8) only with every CPU of the budget busy.
 const learntCPUFull = 1.25
@@ -225,6 +232,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SchedLatencyTarget == 0 {
 		c.SchedLatencyTarget = DefaultSchedLatencyTarget
+		if c.learns() {
+			c.SchedLatencyTarget = learntSchedLatencyTarget
+		}
 	}
 	if c.QueueDelayTarget == 0 {
 		c.QueueDelayTarget = DefaultQueueDelayTarget

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type Layer struct {
 	// (a budget or a learnt limit).
 	lim     *limiter
 	counted bool
+	// busyCPU is set by the sampler while the CPU or the scheduler reads
+	// half its saturation or more: admissions then yield once.
+	busyCPU atomic.Bool
 	// critical is, with the learnt limit, the queue of the protected
 	// priorities over it: first in, first out, served before queue, so
 	// that the newest-first order queue takes under sustained overload
@@ -84,6 +88,10 @@ type signal struct {
 	// budget enforces in flight per request, faster than the level could.
 	reportOnly bool
 }
+
+// busyAbove is the CPU or scheduler reading from which the learnt limit's
+// admissions yield once (Layer.busyCPU).
+const busyAbove = 0.5
 
 // sample reads the signal; a panic in it counts as no pressure, as a
 // broken reading does, rather than ending the process from the sampler.
@@ -238,7 +246,7 @@ func (l *Layer) tick() {
 	// level no more than two regular ones would.
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
-	pressure, utilization := 0.0, 0.0
+	pressure, utilization, busy := 0.0, 0.0, false
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -256,8 +264,12 @@ func (l *Layer) tick() {
 		if !s.reportOnly {
 			pressure = math.Max(pressure, s.avg)
 		}
+		if (s.name == SignalCPU || s.name == SignalSchedLatency) && s.avg >= busyAbove {
+			busy = true
+		}
 	}
 	level := l.ctrl.step(pressure, dt)
+	l.busyCPU.Store(busy)
 	if l.lim != nil {
 		// A saturated CPU (or scheduler) cannot serve more in flight: the
 		// learnt limit holds until it is not.
@@ -387,6 +399,14 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		// Within the learnt limit, with nobody queued ahead: admitted.
 		cost := req.Units()
 		if l.queue.Len() == 0 && l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit()) {
+			if l.busyCPU.Load() {
+				// As Config.Yield does: on a busy CPU, let the goroutines
+				// already runnable (the requests read meanwhile, to be
+				// answered or queued) run before this one's work starts,
+				// so that the runtime's run queue does not grow behind
+				// handlers.
+				runtime.Gosched()
+			}
 			return l.timedLease(cost), nil
 		}
 		return l.overLimit(ctx, req, cost)
