@@ -33,14 +33,16 @@
 //     wait), so use it only for services that are CPU-bound and stay so.
 //
 // Known gap (issue 22): on the demonstration's one-CPU server whose
-// handlers burn CPU (go run ./examples/overload -scenario cpu), the default
-// still loses to CPUBound: measured on 2026-11-25 at 04:08 UTC, load
-// average 2.8, it served 13.8% of capacity at 1x and 48.5% at 5x, against
-// CPUBound's 89.8% and 95.7%. The scheduler latency signal read 1.78 times
-// its target at 1x and moved the shed level to 3: in a Go server the queue
-// that grows is the runtime's run queue, ahead of Acquire, which the
-// latency of admitted work does not see. Until the learnt limit reads it,
-// CPUBound remains the set-up for a service known to be CPU-bound.
+// handlers burn CPU (go run ./examples/overload -scenario cpu -quick), the
+// default matches CPUBound at 1x but not at 5x. Measured on 2026-11-25 at
+// 04:12 UTC on a quiet machine (load average 1.1), same run: at 1x the
+// default served 96.0% of capacity, CPUBound 89.3%; at 5x, 48.9% against
+// 96.4%, all critical requests served by both. At 5x the default's
+// scheduler latency p99 read 126ms (CPUBound's 3ms) with one or two
+// requests in flight, and the level shed all but critical traffic: the
+// backlog is in the Go runtime's run queue, ahead of Acquire, and where it
+// comes from is not found yet. Until it is, CPUBound remains the set-up
+// for a service known to be CPU-bound.
 //
 // # The learnt limit
 //

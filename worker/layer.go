@@ -90,8 +90,13 @@ type signal struct {
 }
 
 // busyAbove is the CPU or scheduler reading from which the learnt limit's
-// admissions yield once (Layer.busyCPU).
-const busyAbove = 0.5
+// admissions yield once (Layer.busyCPU); from cpuSaturated of the CPU
+// (with the learnt limit's CPU.Full of 1.25: 7/8 of the budget busy), or a
+// scheduler latency at its target, the limit shrinks (limiter.capped).
+const (
+	busyAbove    = 0.5
+	cpuSaturated = 0.7
+)
 
 // sample reads the signal; a panic in it counts as no pressure, as a
 // broken reading does, rather than ending the process from the sampler.
@@ -246,7 +251,7 @@ func (l *Layer) tick() {
 	// level no more than two regular ones would.
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
-	pressure, utilization, busy := 0.0, 0.0, false
+	pressure, utilization, busy, saturated := 0.0, 0.0, false, false
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -264,16 +269,21 @@ func (l *Layer) tick() {
 		if !s.reportOnly {
 			pressure = math.Max(pressure, s.avg)
 		}
-		if (s.name == SignalCPU || s.name == SignalSchedLatency) && s.avg >= busyAbove {
+		switch {
+		case s.name != SignalCPU && s.name != SignalSchedLatency:
+		case s.avg >= 1, s.name == SignalCPU && s.avg >= cpuSaturated:
+			saturated = true
+			fallthrough
+		case s.avg >= busyAbove:
 			busy = true
 		}
 	}
 	level := l.ctrl.step(pressure, dt)
 	l.busyCPU.Store(busy)
 	if l.lim != nil {
-		// A saturated CPU (or scheduler) cannot serve more in flight: the
-		// learnt limit holds until it is not.
-		l.lim.capped.Store(pressure >= l.ctrl.shedAt)
+		// A saturated CPU (or a backlogged scheduler) cannot serve more
+		// in flight: the learnt limit shrinks until it is not.
+		l.lim.capped.Store(saturated)
 	}
 	l.publish(level, utilization, readings)
 	l.notify() // the level may have fallen

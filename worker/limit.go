@@ -221,12 +221,21 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	g := math.Max(0.5, math.Min(1, l.tolerance*l.base/latency))
 	est := l.est
 	switch {
+	case capped:
+		// The CPU is saturated (or the scheduler backlogged): work
+		// admitted past what it can run only queues for it, and in a Go
+		// server it queues in the runtime's run queue, ahead of the
+		// goroutines that read and answer the flood, where the latency of
+		// admitted work does not show it. Shrink, down to Min (two per
+		// CPU), until the CPU has room.
+		l.slowStart = false
+		est *= capShrink
 	case g < 1:
 		l.slowStart = false
 		est += 0.5 * (est*g + allowance(est) - est)
-	case !bound || capped:
+	case !bound:
 		// A limit the traffic did not reach says nothing about whether a
-		// larger one would hurt; nor does one the CPU cannot serve more of.
+		// larger one would hurt.
 	case l.slowStart:
 		est *= 1.5
 	default:
@@ -342,6 +351,9 @@ const (
 	// means is most of it.
 	minProbeSpan = 1.15
 	kneeFade     = 0.98
+	// capShrink is the limit's step down per window while the CPU is
+	// saturated.
+	capShrink = 0.85
 	// slowerBy: latency this many times the last window's or more, with
 	// in flight held, is a slower service.
 	slowerBy = 1.35
