@@ -86,6 +86,13 @@ type signal struct {
 	seen bool
 	// reportOnly signals are gauges and headroom, not shedding: the worker
 	// budget enforces in flight per request, faster than the level could.
+	// With the learnt limit the CPU and scheduler latency signals are too:
+	// they shrink the limit (limiter.capped) instead. Driving the level,
+	// they were fed by the shedding they caused: the yields of admitted
+	// work (which wait in the run queue by design) kept the scheduler
+	// latency at its target after a flood's first moments took the level
+	// to 3, and the level, falling one step per Recovery, shed all but
+	// critical traffic with the CPU half idle.
 	reportOnly bool
 }
 
@@ -164,11 +171,11 @@ func New(cfg Config) (*Layer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.CPU: reading this process's CPU time: %w", err)
 		}
-		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read})
+		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read, reportOnly: l.lim != nil})
 	}
 	if c.SchedLatencyTarget > 0 {
 		s := newSchedSignal(c.SchedLatencyTarget)
-		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read})
+		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read, reportOnly: l.lim != nil})
 	}
 	if l.enf.Action == shed.Queue || l.lim != nil {
 		qc := l.enf.Queue

@@ -400,6 +400,8 @@ func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struc
 					fmt.Fprintf(&line, " %s.%s=%.2f", g.Layer, g.Signal, g.Value)
 				case layerkit.GaugeShedLevel:
 					fmt.Fprintf(&line, " %s.level=%.2f", g.Layer, g.Value)
+				case layerkit.GaugeLimit, layerkit.GaugeQueued:
+					fmt.Fprintf(&line, " %s.%s=%.0f", g.Layer, g.Name, g.Value)
 				case layerkit.GaugeUsage:
 					fmt.Fprintf(&line, " %s.usage.%s=%.0f", g.Layer, g.Priority, g.Value)
 				}
