@@ -476,6 +476,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	if err != nil {
 		return shed.Lease{}, l.queueRejection(err, waited)
 	}
+	l.yieldIfBusy()
 	ls := l.timedLease(cost)
 	ls.Waited = waited
 	return ls, nil
