@@ -13,8 +13,8 @@
 // admits that much, queues the rest in priority order and, when the queue
 // is over its bound, sheds the least important requests first: test-mode
 // traffic, then sheddable, then default (critical only when
-// Config.ShedCritical says so). Its CPU and scheduler latency signals shed
-// by priority too, before the queue, when the CPU is saturated. Layer
+// Config.ShedCritical says so). Its CPU and scheduler latency signals
+// shrink the limit while the CPU is saturated. Layer
 // implements shed.Layer (named "worker"), and also shed.Headroom, the
 // signal elastic limits of the other layers read, and layerkit.GaugeReporter.
 //
@@ -32,17 +32,17 @@
 //     services at moderate load (their CPU is idle while their requests
 //     wait), so use it only for services that are CPU-bound and stay so.
 //
-// Known gap (issue 22): on the demonstration's one-CPU server whose
-// handlers burn CPU (go run ./examples/overload -scenario cpu -quick), the
-// default matches CPUBound at 1x but not at 5x. Measured on 2026-11-25 at
-// 04:12 UTC on a quiet machine (load average 1.1), same run: at 1x the
-// default served 96.0% of capacity, CPUBound 89.3%; at 5x, 48.9% against
-// 96.4%, all critical requests served by both. At 5x the default's
-// scheduler latency p99 read 126ms (CPUBound's 3ms) with one or two
-// requests in flight, and the level shed all but critical traffic: the
-// backlog is in the Go runtime's run queue, ahead of Acquire, and where it
-// comes from is not found yet. Until it is, CPUBound remains the set-up
-// for a service known to be CPU-bound.
+// On the demonstration's one-CPU server whose handlers burn CPU (go run
+// ./examples/overload -scenario cpu -quick -setups
+// loadshed,loadshed-cpubound -steps 0.5,2,5,10), the default does as well
+// as CPUBound. Measured on 2026-11-25 at 04:22 UTC on a quiet machine
+// (load average 1.2), same run: at 0.5x neither shed anything; at 2x, 5x
+// and 10x the default served 98.4%, 93.9% and 100% of capacity and every
+// critical request, CPUBound 99.7%, 96.8% and 92.9% and 87.7% of critical
+// at 10x; critical p99 3.5x, 3.2x and 5.1x the floor's (CPUBound 4.1x,
+// 3.2x, 3.5x). The p99 of all it admits at 5x is about 10x the floor's
+// (CPUBound's 3x): non-critical requests wait in its queue (at least
+// 100ms) where CPUBound refuses them at once.
 //
 // # The learnt limit
 //
@@ -61,8 +61,18 @@
 // baseline / R, 0.5, 1), as Netflix's Gradient2 and Envoy's adaptive
 // concurrency filter do: past the knee it settles at about 1.1 × knee plus
 // a tenth. It grows only while requests queue over it (a limit the traffic
-// did not reach says nothing), and not while the CPU or the scheduler is
-// saturated.
+// did not reach says nothing). While the CPU reads saturated (7/8 of its
+// budget busy) or the scheduler latency is at its target, it shrinks
+// instead (0.85 a window, down to Min: two per CPU). While either reads
+// half of that, every admitted request yields once before it starts, as
+// with Config.Yield, so that the requests read meanwhile are decided
+// first; a request handed capacity by a release yields too, since the Go
+// runtime runs the goroutine a release wakes next, in the releaser's time
+// slice: admissions from the queue then followed one another while the
+// requests the network poller read waited in the global run queue, which
+// one P checks only every 61st schedule (a scheduler latency p99 of
+// 100-150ms on the demonstration's one-CPU server, critical p99 11x the
+// floor's, against 3.5x with the yield).
 //
 // Everything rests on the baseline, the no-queue latency, and the layer
 // keeps it current in three ways, since under sustained overload in flight
@@ -149,6 +159,16 @@
 //     headroom; the budget or limit itself enforces it, per request, so it
 //     does not move the level.
 //   - any Config.Signals the user adds.
+//
+// With the learnt limit the cpu and sched_latency signals shrink the limit
+// and are otherwise only reported: they do not move the level. A signal
+// must not be fed by the shedding it causes, and the scheduler latency
+// counts the admitted requests that yield and wait in the run queue by
+// design. Driving the level, it read 4x its target in a flood's first
+// moments, took the level to 3 within a sample, and held it there: on the
+// demonstration's one-CPU server at 5x, all but critical traffic was shed
+// with the CPU half idle (48% of capacity served). The limit and its
+// priority queue already shed the least important requests first.
 //
 // # The controller
 //

@@ -97,7 +97,7 @@ type limiter struct {
 	// fields every admission reads.
 	done   cacheline.Int64
 	bound  atomic.Bool  // a request queued over the limit in the window
-	capped atomic.Bool  // the CPU or the scheduler is saturated: do not grow
+	capped atomic.Bool  // the CPU or the scheduler is saturated: shrink
 	mean   atomic.Int64 // smoothed latency of admitted work, ns (queue bounds)
 
 	mu        sync.Mutex // held while a window closes; guards the fields below
