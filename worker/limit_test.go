@@ -96,6 +96,8 @@ func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
 	if r.Reason != "evicted by higher-priority request" {
 		t.Fatalf("at the bound, a default request arriving: %q, want a test-mode waiter evicted", r.Reason)
 	}
+	// The victim can answer before the default request has taken its place.
+	waitUntil(t, "the default request to queue", func() bool { return l.Queued() == minQueue })
 	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.TestMode}); shedtest.Rejection(t, err).Reason != "queue full" {
 		t.Fatalf("test-mode at a full queue with nothing below it: %v, want queue full", err)
 	}
