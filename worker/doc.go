@@ -34,15 +34,14 @@
 //
 // On the demonstration's one-CPU server whose handlers burn CPU (go run
 // ./examples/overload -scenario cpu -quick -setups
-// loadshed,loadshed-cpubound -steps 0.5,2,5,10), the default does as well
-// as CPUBound. Measured on 2026-11-25 at 04:22 UTC on a quiet machine
-// (load average 1.2), same run: at 0.5x neither shed anything; at 2x, 5x
-// and 10x the default served 98.4%, 93.9% and 100% of capacity and every
-// critical request, CPUBound 99.7%, 96.8% and 92.9% and 87.7% of critical
-// at 10x; critical p99 3.5x, 3.2x and 5.1x the floor's (CPUBound 4.1x,
-// 3.2x, 3.5x). The p99 of all it admits at 5x is about 10x the floor's
-// (CPUBound's 3x): non-critical requests wait in its queue (at least
-// 100ms) where CPUBound refuses them at once.
+// loadshed,loadshed-cpubound -steps 0.5,1,2,5,10), the default does as
+// well as CPUBound. Measured on 2026-11-25 at 04:41 UTC on a quiet machine
+// (load average 0.4), same run: at 0.5x neither shed anything; at 1x, 2x,
+// 5x and 10x the default served 94.8%, 98.7%, 95.7% and 100% of capacity
+// and every critical request, CPUBound 89.7%, 96.6%, 95.5% and 91.5%, and
+// 86.5% of critical at 10x; critical p99 3.8x, 3.4x and 4.9x the floor's
+// at 2x, 5x and 10x (CPUBound 3.1x, 3.1x, 3.8x), the p99 of all served at
+// 5x 4.2x (CPUBound 3.3x).
 //
 // # The learnt limit
 //
@@ -113,13 +112,13 @@
 // what is served low). That queue's bounds come from what the limit
 // learnt, not from settings: a limit's worth of waiters (at least 16, so
 // that the bursts of a moderate load queue rather than shed), each for at
-// most five mean latencies (at least 100ms) or its own deadline. Over the
+// most five mean latencies (at least 20ms) or its own deadline. Over the
 // length bound a newcomer evicts the newest waiter of the lowest priority
 // below its own, or is refused if there is none. In the simulation, with
 // the floor (a perfect strict-priority scheduler with no overhead, the
 // better of first-in-first-out and newest-first, on the same arrivals),
-// critical p99 is 1.09-1.37 times the floor's at 2x and 5x, and the p99
-// of everything served 1.16-1.53 times.
+// critical p99 is 1.09-1.35 times the floor's at 2x and 5x, and the p99
+// of everything served 0.66-1.55 times.
 //
 // The request path, while nobody waits and the limit has room, is a few
 // atomic loads and a compare-and-swap on the in-flight count, plus, for
