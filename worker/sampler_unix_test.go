@@ -75,10 +75,9 @@ func rusageCPU(t *testing.T) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// A goroutine storm on one P moves the scheduler latency signal: fifty
-// goroutines that never block wait for one another's time slices (10ms).
-func TestSchedSignalSeesAGoroutineStorm(t *testing.T) {
-	s := newSchedSignal(10 * time.Millisecond)
+// storm runs fifty goroutines that never block on one P for 300ms: they
+// wait for one another's time slices (10ms).
+func storm() {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -89,6 +88,13 @@ func TestSchedSignalSeesAGoroutineStorm(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+}
+
+// A goroutine storm on one P moves the scheduler latency signal: fifty
+// goroutines that never block wait for one another's time slices (10ms).
+func TestSchedSignalSeesAGoroutineStorm(t *testing.T) {
+	s := newSchedSignal(10 * time.Millisecond)
+	storm()
 	if p := s.Read(); p < 2 {
 		t.Fatalf("scheduler latency signal %.2f after a storm of 50 busy goroutines on one P, want above 2 (p99 over 20ms)", p)
 	} else {
@@ -109,16 +115,7 @@ func TestLearntLimitSchedLatencyCapsTheLimitNotTheLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); burn(stop) }()
-	}
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	storm()
 	for i := 0; i < 4; i++ {
 		clock.Advance(DefaultInterval)
 	}
