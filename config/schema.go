@@ -279,8 +279,11 @@ type Worker struct {
 	// counts as saturation (default 5ms).
 	QueueDelayTarget time.Duration `yaml:"queue_delay_target"`
 	// Workers is the worker budget: the most requests in flight in this
-	// layer (default none).
+	// layer (default none: the limit is learnt, see limit).
 	Workers int64 `yaml:"workers"`
+	// Limit configures the learnt in-flight limit, on unless workers is
+	// set.
+	Limit WorkerLimit `yaml:"limit"`
 	// BusyWorkers is the worker budget while the layer sheds, at most
 	// workers (default workers).
 	BusyWorkers int64 `yaml:"busy_workers"`
@@ -291,6 +294,18 @@ type Worker struct {
 	RetryAfter time.Duration `yaml:"retry_after"`
 }
 
+// WorkerLimit is worker.LimitConfig: every field is optional.
+type WorkerLimit struct {
+	// Disable turns the learnt limit off (default on, without workers).
+	Disable bool `yaml:"disable"`
+	// Initial is the limit before anything is learnt (default two per
+	// CPU, at least 4).
+	Initial int64 `yaml:"initial"`
+	// Min and Max bound the limit (default two per CPU, and 10000).
+	Min int64 `yaml:"min"`
+	Max int64 `yaml:"max"`
+}
+
 // WorkerCPU is worker.CPUConfig.
 type WorkerCPU struct {
 	// Disable turns the CPU signal off (default on).
@@ -298,7 +313,8 @@ type WorkerCPU struct {
 	// Budget is the CPUs this process may use (default: detected from the
 	// cgroup, else the machine's).
 	Budget float64 `yaml:"budget"`
-	// Full is the share of the budget that counts as saturation (default 1).
+	// Full is the share of the budget that counts as saturation (default
+	// 1.25 with the learnt limit, 1 with workers).
 	Full float64 `yaml:"full"`
 }
 

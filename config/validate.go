@@ -474,6 +474,12 @@ func (c *checker) worker(w *Worker, path string) {
 		c.errorf(path+".cpu.full", nil, "must be a positive share of the budget, got %v", w.CPU.Full)
 	}
 	c.nonNegative(path+".workers", w.Workers)
+	c.nonNegative(path+".limit.initial", w.Limit.Initial)
+	c.nonNegative(path+".limit.min", w.Limit.Min)
+	c.nonNegative(path+".limit.max", w.Limit.Max)
+	if w.Limit.Max > 0 && w.Limit.Min > w.Limit.Max {
+		c.errorf(path+".limit.min", nil, "must not exceed limit.max (%d), got %d", w.Limit.Max, w.Limit.Min)
+	}
 	c.nonNegative(path+".busy_workers", w.BusyWorkers)
 	if w.BusyWorkers > w.Workers {
 		c.errorf(path+".busy_workers", nil, "must not exceed workers (%d), got %d", w.Workers, w.BusyWorkers)

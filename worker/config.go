@@ -36,9 +36,11 @@ const (
 // Reason is the rejection's Reason: the process is shedding load.
 const Reason = "temporary-reduced-capacity"
 
-// Config configures a Layer. Start from DefaultConfig (or CPUBound): CPU
-// and scheduler latency signals sampled every 250ms, Stripe's thresholds
-// (shed from 0.8, recover below 0.7), no worker budget, critical traffic
+// Config configures a Layer. Start from DefaultConfig: the in-flight limit
+// learnt from the latency of admitted work (whatever the bottleneck: CPU,
+// a pool, a slow dependency), requests over it queued by priority, CPU and
+// scheduler latency signals sampled every 250ms moving the shed level with
+// Stripe's thresholds (shed from 0.8, recover below 0.7), critical traffic
 // never shed, rejecting with 503. Interval must be set (DefaultConfig
 // does); every other zero field stands for its default.
 type Config struct {
@@ -94,7 +96,9 @@ type Config struct {
 	// queue, overload even when the CPU reads fine.
 	QueueDelayTarget time.Duration
 	// Workers is the worker budget: the most request units (Request.Units)
-	// in flight in this layer at once (default 0: no budget). Over it a
+	// in flight in this layer at once (default 0: no budget, the limit is
+	// learnt). A budget replaces the learnt limit: set it only when you
+	// know the capacity and it never changes. Over it a
 	// request is rejected, or queued, at once, without waiting for the
 	// sampler. In flight against the budget is reported (utilization
 	// "in_flight") and counts in the headroom, but does not move the shed
@@ -121,6 +125,12 @@ type Config struct {
 	// it finishes, the first one read takes the budget whatever its
 	// priority, and critical requests pile up over the budget.
 	Yield bool
+	// Limit configures the learnt in-flight limit, on unless Workers is set
+	// or Limit.Disable: the layer learns how much work the service can have
+	// in flight, whatever its bottleneck, admits that much and queues the
+	// rest by priority (see LimitConfig).
+	Limit LimitConfig
+
 	// Signals are extra signals, sampled with the built-in ones.
 	Signals []Signal
 
@@ -139,9 +149,11 @@ type CPUConfig struct {
 	// DetectBudget).
 	Budget float64
 	// Full is the share of the budget that counts as saturation, pressure
-	// 1.0 (default 1.0: every CPU of the budget busy). A service whose
-	// worker budget already keeps admitted work from queueing may run its
-	// CPU hotter than ShedAt of the budget without harm; raising Full lets it.
+	// 1.0 (default 1.25 with the learnt limit, so that the level moves on
+	// CPU only once every CPU of the budget is busy; 1.0 without it). A
+	// service whose in-flight limit (learnt, or a worker budget) already
+	// keeps admitted work from queueing may run its CPU hotter than ShedAt
+	// of the budget without harm; raising Full lets it.
 	Full float64
 }
 
@@ -172,10 +184,28 @@ func CPUBound() Config {
 	return c
 }
 
-// DefaultConfig returns the defaults: every signal built in, sampled every
-// DefaultInterval, Stripe's thresholds, no worker budget, critical traffic
-// never shed, rejecting with 503. Change any field before New.
+// DefaultConfig returns the set-up for every kind of service, CPU-bound,
+// waiting on a pool or a slow dependency, or both: the learnt in-flight
+// limit (LimitConfig) with its priority queue, every signal built in,
+// sampled every DefaultInterval, Stripe's thresholds, critical traffic
+// never shed, rejecting with 503 what the level sheds. It needs no
+// capacity, worker count or latency target. Change any field before New.
 func DefaultConfig() Config { return Config{Interval: DefaultInterval} }
+
+// learntSchedLatencyTarget is SchedLatencyTarget's default with the
+// learnt limit: the limit keeps the handlers it admits from crowding the
+// run queue (each yields once before it starts), so the level need only
+// move on a scheduler latency that is a real backlog (a neighbour taking
+// the CPU), not on the bursts of a flood's first moments.
+const learntSchedLatencyTarget = 40 * time.Millisecond
+
+// learntCPUFull is CPU.Full's default with the learnt limit: the CPU
+// signal reads ShedAt (0.8) only with every CPU of the budget busy.
+const learntCPUFull = 1.25
+
+// learns reports whether the layer learns its in-flight limit: no worker
+// budget, and the learnt limit not disabled.
+func (c Config) learns() bool { return c.Workers == 0 && !c.Limit.Disable }
 
 // CPUWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
 // least 1.
@@ -202,18 +232,43 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SchedLatencyTarget == 0 {
 		c.SchedLatencyTarget = DefaultSchedLatencyTarget
+		if c.learns() {
+			c.SchedLatencyTarget = learntSchedLatencyTarget
+		}
 	}
 	if c.QueueDelayTarget == 0 {
 		c.QueueDelayTarget = DefaultQueueDelayTarget
 	}
 	if c.CPU.Full == 0 {
 		c.CPU.Full = 1
+		if c.learns() {
+			// The learnt limit keeps admitted work from queueing for the
+			// CPU; the level need only move once the CPU is saturated.
+			c.CPU.Full = learntCPUFull
+		}
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
 	if c.BusyWorkers == 0 {
 		c.BusyWorkers = c.Workers
+	}
+	cpus := CPUWorkers()
+	if c.Limit.Min == 0 {
+		c.Limit.Min = 2 * cpus
+	}
+	if c.Limit.Max == 0 {
+		c.Limit.Max = max(DefaultLimitMax, c.Limit.Min)
+	}
+	if c.Limit.Initial == 0 {
+		c.Limit.Initial = max(4, 2*cpus)
+	}
+	c.Limit.Initial = min(max(c.Limit.Initial, c.Limit.Min), c.Limit.Max)
+	if c.Limit.Window == 0 {
+		c.Limit.Window = DefaultLimitWindow
+	}
+	if c.Limit.Tolerance == 0 {
+		c.Limit.Tolerance = DefaultLimitTolerance
 	}
 	c.Clock = shed.ClockOr(c.Clock)
 	return c
@@ -264,6 +319,18 @@ func (c Config) Validate() error {
 	}
 	if c.BusyWorkers < 0 || c.BusyWorkers > c.Workers {
 		bad("Config.BusyWorkers must be within [0, Config.Workers (%d)], got %d", c.Workers, c.BusyWorkers)
+	}
+	if c.Limit.Initial < 0 || c.Limit.Min < 0 || c.Limit.Max < 0 {
+		bad("Config.Limit: Initial, Min and Max must not be negative, got %d, %d, %d", c.Limit.Initial, c.Limit.Min, c.Limit.Max)
+	}
+	if c.Limit.Max > 0 && c.Limit.Min > c.Limit.Max {
+		bad("Config.Limit.Min (%d) must not be above Config.Limit.Max (%d)", c.Limit.Min, c.Limit.Max)
+	}
+	if c.Limit.Window < 0 {
+		bad("Config.Limit.Window must be positive, got %v", c.Limit.Window)
+	}
+	if !finite(c.Limit.Tolerance) || (c.Limit.Tolerance != 0 && c.Limit.Tolerance < 1) {
+		bad("Config.Limit.Tolerance must be at least 1, got %v", c.Limit.Tolerance)
 	}
 	if c.Yield && c.Workers == 0 {
 		bad("Config.Yield needs a worker budget (Config.Workers)")

@@ -118,3 +118,54 @@ func ExampleLayer_Headroom() {
 	// headroom 0.7: ok ok ok
 	// headroom 0.0: ok ok rejected
 }
+
+// The default learns the in-flight limit of whatever the service waits on.
+// Here the service waits on a downstream of 4 connections taking 20ms a
+// call, flooded: each round admits as many requests as the limit lets
+// through, and the calls take longer once more than 4 are in flight. A
+// manual clock stands in for time; a real service just calls
+// worker.New(worker.DefaultConfig()).
+func ExampleDefaultConfig() {
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := worker.DefaultConfig()
+	cfg.Clock = clock
+	cfg.CPU.Disable, cfg.SchedLatencyTarget = true, -1 // this example's CPU is not the service's
+	cfg.Limit.Min = 1                                  // the default, two per CPU, would differ between machines
+	layer, err := worker.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer layer.Close()
+
+	ctx := context.Background()
+	sum := 0.0
+	for round := 0; round < 400; round++ {
+		var leases []shed.Lease
+		for {
+			// A request that would queue gives up at once here, so that
+			// the round sees only what the limit admitted.
+			ctx, cancel := context.WithCancel(ctx)
+			cancel()
+			lease, err := layer.Acquire(ctx, shed.Request{Priority: shed.Default})
+			if err != nil {
+				break
+			}
+			leases = append(leases, lease)
+		}
+		// Past 4 in flight the calls share the connections: each takes
+		// longer in proportion.
+		const connections, call = 4, 20 * time.Millisecond
+		clock.Advance(call * time.Duration(max(len(leases), connections)) / connections)
+		for i := range leases {
+			leases[i].Release(shed.Completed)
+		}
+		if round >= 200 {
+			sum += float64(layer.Limit())
+		}
+	}
+	// The limit moves around its mean: it probes below itself now and then
+	// to keep its baseline current.
+	fmt.Printf("learnt limit: %.0f in flight on average (4 connections, and one to cover the gap between a release and the next admission)\n", sum/200)
+	// Output:
+	// learnt limit: 5 in flight on average (4 connections, and one to cover the gap between a release and the next admission)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,12 +31,26 @@ type Layer struct {
 	retryAfter time.Duration
 	workers    int64
 	busy       int64 // the budget while the level sheds (Config.BusyWorkers)
-	yield      bool
-	protect    int // priorities with this Index or above are never refused
-	queue      *layerkit.WaitQueue
-	ep         layerkit.Episode
-	budget     Budget
-	grants     sync.Pool // *grant
+	// lim is the learnt in-flight limit (nil with a worker budget, or with
+	// Config.Limit.Disable); counted is whether in flight is counted at all
+	// (a budget or a learnt limit).
+	lim     *limiter
+	counted bool
+	// busyCPU is set by the sampler while the CPU or the scheduler reads
+	// half its saturation or more: admissions then yield once.
+	busyCPU atomic.Bool
+	// critical is, with the learnt limit, the queue of the protected
+	// priorities over it: first in, first out, served before queue, so
+	// that the newest-first order queue takes under sustained overload
+	// (adaptive LIFO, short waits for the lower priorities it serves)
+	// never lengthens the tail of critical requests.
+	critical *layerkit.WaitQueue
+	yield    bool
+	protect  int // priorities with this Index or above are never refused
+	queue    *layerkit.WaitQueue
+	ep       layerkit.Episode
+	budget   Budget
+	grants   sync.Pool // *grant
 
 	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
@@ -45,6 +60,10 @@ type Layer struct {
 	// queueMin is the shortest queue wait (ns) seen since the last sample,
 	// math.MaxInt64 when none.
 	queueMin atomic.Int64
+	// capacityWaiters counts the requests waiting in the queue for the
+	// worker budget (not for the level to fall): the queue-delay signal's
+	// length.
+	capacityWaiters atomic.Int64
 
 	// The sampler's own state: only the sampler touches it, one tick at a
 	// time (each tick schedules the next).
@@ -67,8 +86,24 @@ type signal struct {
 	seen bool
 	// reportOnly signals are gauges and headroom, not shedding: the worker
 	// budget enforces in flight per request, faster than the level could.
+	// With the learnt limit the CPU and scheduler latency signals are too:
+	// they shrink the limit (limiter.capped) instead. Driving the level,
+	// they were fed by the shedding they caused: the yields of admitted
+	// work (which wait in the run queue by design) kept the scheduler
+	// latency at its target after a flood's first moments took the level
+	// to 3, and the level, falling one step per Recovery, shed all but
+	// critical traffic with the CPU half idle.
 	reportOnly bool
 }
+
+// busyAbove is the CPU or scheduler reading from which the learnt limit's
+// admissions yield once (Layer.busyCPU); from cpuSaturated of the CPU
+// (with the learnt limit's CPU.Full of 1.25: 7/8 of the budget busy), or a
+// scheduler latency at its target, the limit shrinks (limiter.capped).
+const (
+	busyAbove    = 0.5
+	cpuSaturated = 0.7
+)
 
 // sample reads the signal; a panic in it counts as no pressure, as a
 // broken reading does, rather than ending the process from the sampler.
@@ -119,6 +154,10 @@ func New(cfg Config) (*Layer, error) {
 	if c.ShedCritical {
 		l.protect = shed.NumPriorities
 	}
+	if c.learns() {
+		l.lim = newLimiter(c.Limit, c.Clock.Now())
+	}
+	l.counted = l.workers > 0 || l.lim != nil
 	l.grants.New = func() any { return &grant{owner: l} }
 	l.queueMin.Store(math.MaxInt64)
 	l.ctrl = newController(c, l.protect)
@@ -132,32 +171,51 @@ func New(cfg Config) (*Layer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.CPU: reading this process's CPU time: %w", err)
 		}
-		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read})
+		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read, reportOnly: l.lim != nil})
 	}
 	if c.SchedLatencyTarget > 0 {
 		s := newSchedSignal(c.SchedLatencyTarget)
-		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read})
+		l.signals = append(l.signals, signal{name: SignalSchedLatency, read: s.Read, reportOnly: l.lim != nil})
 	}
-	if l.enf.Action == shed.Queue {
+	if l.enf.Action == shed.Queue || l.lim != nil {
 		qc := l.enf.Queue
 		if qc.Clock == nil {
 			qc.Clock = l.clock
+		}
+		if l.enf.Action != shed.Queue {
+			// The learnt limit's own queue: its bounds follow what the
+			// limit learns (limiter.queueBounds); these are only caps.
+			// Under sustained overload the oldest waiters are those
+			// likeliest to time out before they are served: serve the
+			// newest first once the queue has stood for half a second.
+			qc.MaxLength, qc.MaxWait, qc.AdaptiveLIFO = limitQueueCap, limitQueueMaxWait, true
 		}
 		q, err := layerkit.NewWaitQueue(qc)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
 		}
 		l.queue = q
+		if l.lim != nil {
+			l.critical, _ = layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
+		}
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
-		l.signals = append(l.signals, signal{name: SignalQueueDelay, read: func() float64 {
+		// With a learnt limit the queue stands under any overload, by
+		// design, and the limit and the queue's bounds already hold it:
+		// the signal is reported, not shed on.
+		l.signals = append(l.signals, signal{name: SignalQueueDelay, reportOnly: l.lim != nil, read: func() float64 {
 			return l.queuePressure(target, maxLen)
 		}})
 	}
-	if l.workers > 0 {
+	switch {
+	case l.workers > 0:
 		w := float64(l.workers)
 		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
 			return float64(l.inflight.Load()) / w
+		}})
+	case l.lim != nil:
+		l.signals = append(l.signals, signal{name: SignalInFlight, reportOnly: true, read: func() float64 {
+			return float64(l.inflight.Load()) / float64(max(l.lim.Limit(), 1))
 		}})
 	}
 	for _, s := range c.Signals {
@@ -200,7 +258,7 @@ func (l *Layer) tick() {
 	// level no more than two regular ones would.
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
-	pressure, utilization := 0.0, 0.0
+	pressure, utilization, busy, saturated := 0.0, 0.0, false, false
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -218,12 +276,24 @@ func (l *Layer) tick() {
 		if !s.reportOnly {
 			pressure = math.Max(pressure, s.avg)
 		}
+		switch {
+		case s.name != SignalCPU && s.name != SignalSchedLatency:
+		case s.avg >= 1, s.name == SignalCPU && s.avg >= cpuSaturated:
+			saturated = true
+			fallthrough
+		case s.avg >= busyAbove:
+			busy = true
+		}
 	}
 	level := l.ctrl.step(pressure, dt)
-	l.publish(level, utilization, readings)
-	if l.queue != nil {
-		l.queue.Notify() // the level may have fallen
+	l.busyCPU.Store(busy)
+	if l.lim != nil {
+		// A saturated CPU (or a backlogged scheduler) cannot serve more
+		// in flight: the learnt limit shrinks until it is not.
+		l.lim.capped.Store(saturated)
 	}
+	l.publish(level, utilization, readings)
+	l.notify() // the level may have fallen
 	l.mu.Lock()
 	if !l.closed {
 		l.timer = l.clock.AfterFunc(l.interval, l.tick)
@@ -246,9 +316,13 @@ func (l *Layer) publish(level, utilization float64, readings []float64) {
 // queuePressure is the queue-delay signal: the shortest wait seen since the
 // last sample against the target (CoDel's standing-queue test), or, when no
 // waiter left the queue in the interval, how full it is.
+//
+// Only requests that queued for capacity (the worker budget, or the learnt
+// limit) count: a request the level sheds waits for the level to fall, and
+// counting it would keep the level up by the very shedding it causes.
 func (l *Layer) queuePressure(target, maxLen float64) float64 {
 	min := l.queueMin.Swap(math.MaxInt64)
-	p := float64(l.queue.Len()) / maxLen
+	p := float64(l.capacityWaiters.Load()) / maxLen
 	if min != math.MaxInt64 {
 		p = math.Max(p, float64(min)/target)
 	}
@@ -338,6 +412,15 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 		}
 		return l.over(ctx, req, w)
 	}
+	if l.lim != nil {
+		// Within the learnt limit, with nobody queued ahead: admitted.
+		cost := req.Units()
+		if l.queue.Len() == 0 && l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit()) {
+			l.yieldIfBusy()
+			return l.timedLease(cost), nil
+		}
+		return l.overLimit(ctx, req, cost)
+	}
 	if l.workers == 0 {
 		return shed.NewLease(l), nil
 	}
@@ -361,9 +444,29 @@ func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, erro
 	return l.lease(cost), nil
 }
 
+// yieldIfBusy yields the processor once while the CPU or the scheduler
+// reads busy, before an admitted request's work starts, as Config.Yield
+// does: the goroutines already runnable (the requests read meanwhile, to
+// be answered or queued) run first. A request handed capacity by a release
+// yields too: the runtime runs the goroutine a release wakes next, in the
+// releaser's time slice, so admissions from the queue would otherwise
+// follow one another while the requests read by the network poller wait
+// in the global run queue, which one P checks only every 61st schedule
+// (on the demonstration's one-CPU server at 2x, a scheduler latency p99
+// of 100-150ms and critical p99 11x the floor's; with the yield 4x).
+func (l *Layer) yieldIfBusy() {
+	if l.busyCPU.Load() {
+		runtime.Gosched()
+	}
+}
+
 // take counts cost units in flight if they fit within the worker budget (or
 // the priority is protected).
 func (l *Layer) take(cost int64, p shed.Priority) bool {
+	if l.lim != nil {
+		// Critical requests waiting go first.
+		return l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit())
+	}
 	if p.Index() >= l.protect {
 		l.inflight.Add(cost)
 		return true
@@ -374,6 +477,9 @@ func (l *Layer) take(cost int64, p shed.Priority) bool {
 // workerBudget is the worker budget at shed level v: Config.BusyWorkers while
 // the layer sheds, Workers otherwise.
 func (l *Layer) workerBudget(v uint32) int64 {
+	if l.lim != nil {
+		return l.lim.Limit()
+	}
 	if v != 0 {
 		return l.busy
 	}
@@ -412,17 +518,17 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	cost := req.Units()
 	within := w == overMargin
 	if w == overBudget {
-		within = l.inflight.Load() <= l.enf.Ceiling(l.workers)-cost
+		within = l.inflight.Load() <= l.enf.Ceiling(l.workerBudget(0))-cost
 	}
 	switch layerkit.Decide(&l.enf, now, false, within, &l.ep) {
 	case layerkit.AdmitOver:
-		if l.workers == 0 {
+		if !l.counted {
 			ls := shed.NewLease(l)
 			ls.Over = true
 			return ls, nil
 		}
-		if l.takeWithin(cost, l.enf.Ceiling(l.workers)) {
-			ls := l.lease(cost)
+		if l.takeWithin(cost, l.enf.Ceiling(l.workerBudget(0))) {
+			ls := l.timedLease(cost)
 			ls.Over = true
 			return ls, nil
 		}
@@ -432,14 +538,14 @@ func (l *Layer) over(ctx context.Context, req shed.Request, w why) (shed.Lease, 
 	case layerkit.AdmitDryRun:
 		return l.dryRun(cost), nil
 	case layerkit.Wait:
-		return l.wait(ctx, req, cost)
+		return l.wait(ctx, req, cost, w == overBudget)
 	}
 	return shed.Lease{}, l.rejection(w == overBudget)
 }
 
 func (l *Layer) dryRun(cost int64) shed.Lease {
 	var ls shed.Lease
-	if l.workers == 0 {
+	if !l.counted {
 		ls = shed.NewLease(l)
 	} else {
 		l.inflight.Add(cost)
@@ -466,9 +572,22 @@ func (l *Layer) rejection(budget bool) *shed.Rejection {
 	return rj
 }
 
+// queueRejection turns an error of the queue into what Acquire returns: a
+// 503 with the layer's Retry-After, or a context error as it is.
+func (l *Layer) queueRejection(err error, waited time.Duration) error {
+	err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
+	var r *shed.Rejection
+	if errors.As(err, &r) {
+		r.RetryAfter = l.retryAfter
+	}
+	return err
+}
+
 // wait queues req until the level admits its priority and, with a budget,
-// a worker is free; highest priority first.
-func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Lease, error) {
+// a worker is free; highest priority first. forCapacity says it queued
+// because the budget was spent, not because the level sheds it: only such
+// waits feed the queue-delay signal.
+func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapacity bool) (shed.Lease, error) {
 	if l.queue == nil {
 		return shed.Lease{}, l.rejection(false)
 	}
@@ -477,28 +596,29 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 		if sheds(uint32(l.state.Load()), p) {
 			return false
 		}
-		return l.workers == 0 || l.take(cost, p)
+		return !l.counted || l.take(cost, p)
 	}
 	giveBack := func() {
-		if l.workers > 0 {
+		if l.counted {
 			l.inflight.Add(-cost)
 		}
 	}
+	if forCapacity {
+		l.capacityWaiters.Add(1)
+	}
 	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
-	l.recordWait(waited)
+	if forCapacity {
+		l.capacityWaiters.Add(-1)
+		l.recordWait(waited)
+	}
 	if err != nil {
-		err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
-		var r *shed.Rejection
-		if errors.As(err, &r) {
-			r.Layer, r.RetryAfter = l.name, l.retryAfter
-		}
-		return shed.Lease{}, err
+		return shed.Lease{}, l.queueRejection(err, waited)
 	}
 	var ls shed.Lease
-	if l.workers == 0 {
+	if !l.counted {
 		ls = shed.NewLease(l)
 	} else {
-		ls = l.lease(cost)
+		ls = l.timedLease(cost)
 	}
 	ls.Waited = waited
 	return ls, nil
@@ -507,13 +627,31 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64) (shed.Le
 // Release gives back the worker-budget units lease holds. A lease this layer
 // did not grant, or one already released (a copy), is ignored. Callers use
 // lease.Release, which calls this.
-func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
+func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	g, ok := lease.Ref.(*grant)
 	if !ok || g.owner != l || !g.gen.CompareAndSwap(lease.ID, lease.ID+1) {
 		return
 	}
 	l.inflight.Add(-lease.Cost)
 	l.grants.Put(g)
+	defer l.notify()
+	// Only work that ran to its end says how long work takes: a dropped
+	// caller's or an unused lease's time says nothing about the service.
+	if l.lim != nil && (o == shed.Completed || o == shed.Failed) {
+		l.lim.done.Add(1)
+		if !lease.Acquired.IsZero() {
+			now := l.now()
+			l.lim.observe(now, now.Sub(lease.Acquired))
+		}
+	}
+}
+
+// notify says capacity may have freed: the critical queue first, then the
+// rest. On empty queues it costs an atomic load each.
+func (l *Layer) notify() {
+	if l.critical != nil {
+		l.critical.Notify()
+	}
 	if l.queue != nil {
 		l.queue.Notify()
 	}
@@ -522,14 +660,28 @@ func (l *Layer) Release(lease *shed.Lease, _ shed.Outcome) {
 // Queued returns how many requests wait in the layer's queue (0 without the
 // Queue action).
 func (l *Layer) Queued() int {
-	if l.queue == nil {
+	n := 0
+	if l.queue != nil {
+		n += l.queue.Len()
+	}
+	if l.critical != nil {
+		n += l.critical.Len()
+	}
+	return n
+}
+
+// Limit returns the most request units the layer admits in flight now:
+// the learnt limit, or the worker budget (Config.Workers, or BusyWorkers
+// while the level sheds); 0 when neither bounds in flight.
+func (l *Layer) Limit() int64 {
+	if !l.counted {
 		return 0
 	}
-	return l.queue.Len()
+	return l.workerBudget(uint32(l.state.Load()))
 }
 
 // InFlight returns the request units in flight counted against the worker
-// budget (0 without one).
+// budget or the learnt limit (0 without either).
 func (l *Layer) InFlight() int64 { return l.inflight.Load() }
 
 // ReportGauges reports the layer's state: each signal's smoothed
@@ -547,11 +699,11 @@ func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeShedFraction, Priority: p, Value: shedFraction(v, p.Index())})
 	}
 	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeHeadroom, Value: l.Headroom()})
-	if l.workers > 0 {
+	if l.counted {
 		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeInFlight, Value: float64(l.inflight.Load())})
 		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeLimit, Value: float64(l.workerBudget(uint32(l.state.Load())))})
 	}
 	if l.queue != nil {
-		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.queue.Len())})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 	}
 }

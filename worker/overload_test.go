@@ -40,6 +40,13 @@ import (
 //
 //	go test ./worker -run Overload -overload -v
 //	go test ./worker -run Overload -overload -overload.setups none,cpubound -overload.x 10 -v
+//
+// It floods the layer alone, on the CPU-bound service only. The scenarios
+// the default set-up is judged by (CPU-bound, waiting on a downstream pool,
+// a capacity drop, a noisy neighbour), each against a simulated floor on
+// the same arrivals, are examples/overload's:
+//
+//	go test ./examples/overload -run Scenarios -overload -timeout 30m -v
 var (
 	overload       = flag.Bool("overload", false, "run the overload test (long; see overload_test.go)")
 	overloadX      = flag.Float64("overload.x", 5, "offered load, in multiples of the measured capacity")

@@ -53,7 +53,7 @@ func (r *report) chart(dir, caption string) error {
 	var row []*plot.Plot
 	for n, setup := range r.opts.setups {
 		p := plot.New()
-		p.Title.Text = setupTitle(setup)
+		p.Title.Text = r.setupTitle(setup)
 		p.X.Label.Text = "offered load (× capacity)"
 		if n == 0 {
 			p.Y.Label.Text = "goodput (successes/s)"

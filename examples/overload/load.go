@@ -46,6 +46,7 @@ type sample struct {
 	prio    shed.Priority
 	res     result
 	latency time.Duration
+	at      time.Duration // when it was sent, since the flood began
 }
 
 // loadClient sends the demonstration's requests to one or more instances.
@@ -132,24 +133,69 @@ func pickPriority(r *rand.Rand) shed.Priority {
 	return shed.Critical
 }
 
+// change is something done to the service mid-flood (its downstream
+// slowed down, a neighbour started on its CPU), at a planned time since the
+// flood began.
+type change struct {
+	at    time.Duration
+	apply func() error
+	// applied is when it was done, since the flood began (set by openLoop);
+	// err what went wrong.
+	applied time.Duration
+	err     error
+}
+
+// flood is what openLoop returns: every arrival's fate, the warm-up's too
+// (the floor is simulated from the first arrival on), and how late the
+// generator sent them.
+type flood struct {
+	samples []sample
+	// lateP99 is the 99th percentile of how late requests were sent
+	// against their planned arrival; late is the share sent more than
+	// lateBy late. A generator short of CPU sends in bursts, and the
+	// server is then offered another load than the one reported.
+	lateP99 time.Duration
+	late    float64
+}
+
+// lateBy is how late an arrival may be sent before it counts as late.
+const lateBy = 5 * time.Millisecond
+
 // openLoop offers rate requests per second, Poisson arrivals, for warmup +
 // measure, whatever the server does with them: a client that waits for an
 // answer before sending more (a closed loop) slows down with the server
 // and hides its collapse. At most maxInFlight requests are out at once; an
 // arrival beyond that is counted as a timeout without being sent, so the
-// generator stays bounded however slow the server gets. It returns the
-// samples of the requests sent after the warm-up, once every request has
-// ended (within the client timeout).
-func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64) []sample {
+// generator stays bounded however slow the server gets. The changes are
+// applied at their times. It returns once every request has ended (within
+// the client timeout).
+func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64, changes []*change) flood {
 	rng := newRand(seed)
 	var (
 		mu       sync.Mutex
-		out      = make([]sample, 0, int(rate*measure.Seconds()*1.1)+16)
+		out      = make([]sample, 0, int(rate*(warmup+measure).Seconds()*1.1)+16)
+		lates    = make([]time.Duration, 0, cap(out))
 		wg       sync.WaitGroup
 		inFlight atomic.Int64
 	)
 	total := warmup + measure
 	start := time.Now()
+	if len(changes) > 0 {
+		// One goroutine applies them in turn: a change may undo the last.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, ch := range changes {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(start.Add(ch.at))):
+				}
+				ch.err = ch.apply()
+				ch.applied = time.Since(start)
+			}
+		}()
+	}
 	var at time.Duration
 	for {
 		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
@@ -160,19 +206,18 @@ func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure
 			select {
 			case <-ctx.Done():
 				wg.Wait()
-				return out
+				return flood{samples: out}
 			case <-time.After(d):
 			}
 		}
 		p := pickPriority(rng)
 		key := rng.IntN(numKeys)
-		counted := at >= warmup
+		sent := time.Since(start)
+		lates = append(lates, sent-at)
 		if inFlight.Load() >= int64(maxInFlight) {
-			if counted {
-				mu.Lock()
-				out = append(out, sample{prio: p, res: resTimeout, latency: c.timeout})
-				mu.Unlock()
-			}
+			mu.Lock()
+			out = append(out, sample{prio: p, res: resTimeout, latency: c.timeout, at: sent})
+			mu.Unlock()
 			continue
 		}
 		inFlight.Add(1)
@@ -180,15 +225,35 @@ func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure
 		go func() {
 			defer wg.Done()
 			s := c.do(ctx, p, key)
+			s.at = sent
 			inFlight.Add(-1)
-			if counted {
-				mu.Lock()
-				out = append(out, s)
-				mu.Unlock()
-			}
+			mu.Lock()
+			out = append(out, s)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	f := flood{samples: out, lateP99: percentile(lates, 0.99)}
+	n := 0
+	for _, l := range lates {
+		if l > lateBy {
+			n++
+		}
+	}
+	if len(lates) > 0 {
+		f.late = float64(n) / float64(len(lates))
+	}
+	return f
+}
+
+// measured is the samples sent at or after from.
+func measured(samples []sample, from time.Duration) []sample {
+	var out []sample
+	for _, s := range samples {
+		if s.at >= from {
+			out = append(out, s)
+		}
+	}
 	return out
 }
 

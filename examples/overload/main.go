@@ -1,8 +1,14 @@
 // Command overload floods the example server (examples/server) and shows
 // what survives: the same API with no protection, behind a priority-blind
-// rate limit at its capacity, and behind loadshed's layers.
+// rate limit set a little below its capacity, and behind loadshed's default
+// set-up, judged against the floor: what a perfect strict-priority
+// scheduler with no overhead would have made of the same arrivals.
 //
-//	go run ./examples/overload                          # about two minutes, no Redis needed
+//	go run ./examples/overload                          # the CPU-bound service, about two minutes, no Redis needed
+//	go run ./examples/overload -scenario io             # handlers waiting on a downstream pool
+//	go run ./examples/overload -scenario drop           # the downstream slows to a third mid-flood, then recovers
+//	go run ./examples/overload -scenario noisy          # another process takes part of the server's CPU mid-flood
+//	go run ./examples/overload -scenario all            # the four, one after the other
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
 //
@@ -13,8 +19,10 @@
 // open-loop, mixed-priority load (Poisson arrivals, 10% critical, a timeout
 // per request, loopback only) at 0.5×, 1×, 2×, 5× and 10× that capacity to
 // each set-up, printing a line per step. At the end it prints a table per
-// set-up, step and priority, checks loadshed's targets at 5×, and draws
-// goodput by priority against offered load (SVG and PNG, in -out).
+// set-up, step and priority, the figures against the floor, checks
+// loadshed's targets (saying when the machine was too busy for a step's
+// figures to be trusted), and draws goodput by priority against offered
+// load (SVG and PNG, in -out). docs/overload.md has the details.
 package main
 
 import (
@@ -26,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,23 +47,31 @@ import (
 
 func main() {
 	serveIfChild()
+	burnIfNeighbour()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // options are the run's settings.
 type options struct {
 	quick     bool
+	scenarios []string
 	steps     []float64
 	warmup    time.Duration // of each step, not measured
-	measure   time.Duration // of each step
-	work      time.Duration // CPU per request
-	timeout   time.Duration // per request
-	out       string
-	redis     string
-	instances int
-	setups    []api.Protection
-	// serverFlags are passed to the loadshed set-up's servers, to try
-	// other layer settings.
+	measure   time.Duration // of each step without a capacity change
+	// before, during and after are the measured phases of a step with a
+	// capacity change (drop, noisy): full capacity, less, full again.
+	before, during, after time.Duration
+	work                  time.Duration // CPU per request (cpu, noisy)
+	pool                  int           // downstream connections (io, drop)
+	latency               time.Duration // of a downstream call (io, drop)
+	timeout               time.Duration // per request
+	headroom              float64       // the blind limit, as a share of capacity
+	out                   string
+	redis                 string
+	instances             int
+	setups                []api.Protection
+	// serverFlags are passed to loadshed's servers, to try other layer
+	// settings.
 	serverFlags []string
 	// serverBin, when set, is the server to run (a build of
 	// examples/server) instead of this binary.
@@ -65,21 +82,37 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("overload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s): steps 1× and 5× only, shorter steps")
+	scenarios := fs.String("scenario", scenarioCPU, "what kind of service to flood: "+strings.Join(scenarioNames, ", ")+", or all (comma-separated for several)")
+	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only, shorter steps")
 	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5)")
-	fs.DurationVar(&o.measure, "step", 0, "measured length of each step (default 5s; -quick 1.5s)")
-	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "CPU each request burns on the server")
+	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s; -quick 1.5s)")
+	phases := fs.String("phases", "", "drop and noisy: measured seconds at full capacity, with less, and at full capacity again (default 3s,3s,4s; -quick 1s,1.5s,2s)")
+	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "cpu, noisy: CPU each request burns on the server")
+	fs.IntVar(&o.pool, "pool", 4, "io, drop: the downstream's connections")
+	fs.DurationVar(&o.latency, "latency", 30*time.Millisecond, "io, drop: how long a downstream call holds its connection")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "client timeout per request")
-	fs.StringVar(&o.out, "out", filepath.Join(os.TempDir(), "loadshed-overload"), "directory for the chart, the table and the servers' logs")
+	fs.Float64Var(&o.headroom, "blind-headroom", 0.85, "the priority-blind limit, as a share of the measured capacity (a user leaves headroom)")
+	fs.StringVar(&o.out, "out", filepath.Join(os.TempDir(), "loadshed-overload"), "directory for the chart, the table and the servers' logs (a folder per scenario when there are several)")
 	fs.StringVar(&o.redis, "redis", "", "Redis address: run a fleet sharing it (with -instances)")
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
-	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare")
-	serverFlags := fs.String("server-flags", "", "extra flags for the loadshed set-up's servers, space-separated (see go run ./examples/server -h)")
+	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
+	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, name := range strings.Split(*scenarios, ",") {
+		name = strings.TrimSpace(name)
+		if name == "all" {
+			o.scenarios = append(o.scenarios, scenarioNames...)
+			continue
+		}
+		if !slices.Contains(scenarioNames, name) {
+			return o, fmt.Errorf("-scenario: unknown %q (want %s or all)", name, strings.Join(scenarioNames, ", "))
+		}
+		o.scenarios = append(o.scenarios, name)
 	}
 	switch {
 	case *steps != "":
@@ -101,6 +134,27 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			o.measure = 1500 * time.Millisecond
 		}
 	}
+	if o.measure < 0 || o.measure > 10*time.Minute {
+		return o, fmt.Errorf("-step must be in (0, 10m], got %s", o.measure)
+	}
+	o.before, o.during, o.after = 3*time.Second, 3*time.Second, 4*time.Second
+	if o.quick {
+		o.before, o.during, o.after = time.Second, 1500*time.Millisecond, 2*time.Second
+	}
+	if *phases != "" {
+		var ds []time.Duration
+		for _, f := range strings.Split(*phases, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d < window || d > 5*time.Minute {
+				return o, fmt.Errorf("-phases: %q is not a duration in [%s, 5m]", f, window)
+			}
+			ds = append(ds, d)
+		}
+		if len(ds) != 3 {
+			return o, fmt.Errorf("-phases: want three durations, got %d", len(ds))
+		}
+		o.before, o.during, o.after = ds[0], ds[1], ds[2]
+	}
 	o.warmup = time.Second
 	if o.quick {
 		o.warmup = 500 * time.Millisecond
@@ -108,8 +162,17 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.work <= 0 || o.work > api.MaxWork {
 		return o, fmt.Errorf("-work must be in (0, %s], got %s", api.MaxWork, o.work)
 	}
+	if o.pool < 1 || o.pool > 1024 {
+		return o, fmt.Errorf("-pool must be 1 to 1024, got %d", o.pool)
+	}
+	if o.latency <= 0 || o.latency > api.MaxWork {
+		return o, fmt.Errorf("-latency must be in (0, %s], got %s", api.MaxWork, o.latency)
+	}
 	if o.timeout <= 0 {
 		return o, fmt.Errorf("-timeout must be positive, got %s", o.timeout)
+	}
+	if !(o.headroom > 0 && o.headroom <= 2) {
+		return o, fmt.Errorf("-blind-headroom must be in (0, 2], got %v", o.headroom)
 	}
 	if o.instances < 1 || o.instances > 8 {
 		return o, fmt.Errorf("-instances must be 1 to 8, got %d", o.instances)
@@ -138,40 +201,60 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := runAll(ctx, o, stdout)
-	if err != nil {
-		fmt.Fprintln(stderr, "overload:", err)
-		return 1
-	}
-	rep.printTables(stdout)
-	rep.printTargets(stdout)
-	if err := rep.save(o.out); err != nil {
-		fmt.Fprintln(stderr, "overload:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "\nchart: %s\n       %s\ntable: %s\n", filepath.Join(o.out, "overload.svg"), filepath.Join(o.out, "overload.png"), filepath.Join(o.out, "overload.txt"))
-	return 0
-}
-
-// runAll measures the capacity, then runs every step against every set-up.
-func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return nil, fmt.Errorf("-out: %w", err)
-	}
-	for _, setup := range append([]api.Protection{"calibrate"}, o.setups...) {
-		os.Remove(filepath.Join(o.out, "server-"+string(setup)+".log")) // each run's logs only
-	}
 	pin := pinCPUs()
-	rep := &report{opts: o, pin: pin}
 	if pin.note != "" {
 		fmt.Fprintln(stdout, "note:", pin.note)
 	} else {
 		fmt.Fprintf(stdout, "server on CPU %d (GOMAXPROCS=1), load generator on CPU %d\n", pin.serverCPU, pin.loadCPU)
 	}
+	for _, name := range o.scenarios {
+		dir := o.out
+		if len(o.scenarios) > 1 {
+			dir = filepath.Join(o.out, name)
+		}
+		rep, err := runScenario(ctx, o, pin, name, dir, stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "overload:", err)
+			return 1
+		}
+		rep.printTables(stdout)
+		rep.printFloorTable(stdout)
+		rep.printTargets(stdout)
+		if err := rep.save(dir); err != nil {
+			fmt.Fprintln(stderr, "overload:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nchart: %s\n       %s\ntable: %s\n", filepath.Join(dir, "overload.svg"), filepath.Join(dir, "overload.png"), filepath.Join(dir, "overload.txt"))
+	}
+	return 0
+}
 
-	// Capacity and unloaded latency, on the unprotected server.
-	if err := withServers(ctx, o, pin, api.Unprotected, 0, "calibrate", func(bases []string) error {
-		c := newLoadClient(bases, o.work, o.timeout, 64)
+// runScenario measures the capacity, then runs every step against every
+// set-up, for one scenario.
+func runScenario(ctx context.Context, o options, pin pinning, name, dir string, stdout io.Writer) (*report, error) {
+	sc, err := newScenario(name, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("-out: %w", err)
+	}
+	for _, setup := range append([]api.Protection{"calibrate"}, o.setups...) {
+		os.Remove(filepath.Join(dir, "server-"+string(setup)+".log")) // each run's logs only
+	}
+	env := scenarioEnv{pin: pin, opts: o}
+	measure := o.measure
+	if sc.change != nil {
+		measure = o.before + o.during + o.after
+	}
+	rep := &report{opts: o, pin: pin, sc: sc, measure: measure, loadBefore: loadAverage(), started: time.Now()}
+	fmt.Fprintf(stdout, "\nscenario %s: %s (load average %s)\n", sc.name, sc.about, rep.loadBefore)
+
+	// Capacity and unloaded latency, on the unprotected server; with a
+	// change, the capacity while it lasts too.
+	if err := withServers(ctx, o, pin, sc, api.Unprotected, 0, dir, "calibrate", func(servers []*server) error {
+		bases := basesOf(servers)
+		c := newLoadClient(bases, sc.work, o.timeout, 64)
 		defer c.close()
 		d := 1500 * time.Millisecond
 		if o.quick {
@@ -180,47 +263,91 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 		c.closedLoop(ctx, 1, 300*time.Millisecond, shed.Default) // warm the connections and the caches
 		solo := c.closedLoop(ctx, 1, d, shed.Default)
 		rep.unloadedP50, rep.unloadedP99 = latencies(solo)
-		c.closedLoop(ctx, 8, 300*time.Millisecond, shed.Default)
-		full := c.closedLoop(ctx, 8, 2*d, shed.Default)
-		ok := 0
-		for _, s := range full {
-			if s.res == resOK {
-				ok++
+		// Enough clients to keep every connection of the pool busy.
+		clients := max(8, 4*sc.floorServers())
+		closed := func() float64 {
+			c.closedLoop(ctx, clients, 300*time.Millisecond, shed.Default)
+			ok := 0
+			for _, s := range c.closedLoop(ctx, clients, 2*d, shed.Default) {
+				if s.res == resOK {
+					ok++
+				}
 			}
+			return float64(ok) / (2 * d).Seconds()
 		}
-		rep.capacity = float64(ok) / (2 * d).Seconds()
+		// The capacity is what every step is judged against: a machine
+		// busy while it is measured makes every figure after it wrong.
+		pids := []int{servers[0].cmd.Process.Pid}
+		before := readCPUTimes(pin.serverCPU, pids...)
+		rep.capacity = closed()
+		after := readCPUTimes(pin.serverCPU, pids...)
+		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
+		rep.capacityChanged = rep.capacity
+		if sc.change != nil {
+			stop, err := sc.change.start(ctx, env, bases)
+			if err != nil {
+				return err
+			}
+			before := readCPUTimes(pin.serverCPU, pids...)
+			rep.capacityChanged = closed()
+			after := readCPUTimes(pin.serverCPU, pids...)
+			neighbour, err := stop()
+			if err != nil {
+				return err
+			}
+			changed := quietBetween(before, after, pin.taskset != "", after.processes-before.processes, neighbour, flood{})
+			rep.calibration.foreign = max(rep.calibration.foreign, changed.foreign)
+			rep.calibration.steal = max(rep.calibration.steal, changed.steal)
+		}
 		return ctx.Err()
 	}); err != nil {
 		return nil, err
 	}
-	if rep.capacity < 10 {
-		return nil, fmt.Errorf("measured capacity is %.0f requests/s; is the machine that busy?", rep.capacity)
+	if rep.capacity < 10 || rep.capacityChanged < 2 {
+		return nil, fmt.Errorf("measured capacity is %.0f requests/s (%.0f/s with the change); is the machine that busy?", rep.capacity, rep.capacityChanged)
 	}
-	fmt.Fprintf(stdout, "capacity %.0f requests/s (%s of CPU each); unloaded latency p50 %s, p99 %s\n",
-		rep.capacity, o.work, ms(rep.unloadedP50), ms(rep.unloadedP99))
+	measuredNote := ""
+	if sc.pool > 0 {
+		// A downstream pool's capacity is known exactly: its connections
+		// over a call's latency, the CPU playing no part. The closed loop,
+		// whose clients need the CPU to turn a request round, can only
+		// come in under it, and more so on a busy machine.
+		measuredNote = fmt.Sprintf(" (%d connections / %s; %.0f/s measured in a closed loop", sc.pool, sc.latency, rep.capacity)
+		if sc.change != nil {
+			measuredNote += fmt.Sprintf(", %.0f/s with the change", rep.capacityChanged)
+		}
+		measuredNote += ")"
+		rep.capacity = float64(sc.pool) / sc.latency.Seconds()
+		rep.capacityChanged = rep.capacity
+		if sc.change != nil && sc.change.factor > 0 {
+			rep.capacityChanged = rep.capacity / sc.change.factor
+		}
+		rep.calibration = quiet{} // the capacity does not depend on it
+	}
+	fmt.Fprintf(stdout, "capacity %.0f requests/s%s; unloaded latency p50 %s, p99 %s\n", rep.capacity, measuredNote, ms(rep.unloadedP50), ms(rep.unloadedP99))
+	if ok, why := rep.calibration.trusted(); !ok {
+		fmt.Fprintf(stdout, "the capacity was measured on a busy machine (%s): no figure of this run is to be trusted\n", why)
+	}
+	if sc.change != nil {
+		fmt.Fprintf(stdout, "with %s: capacity %.0f requests/s (%.1f%%), from %s to %s of each step's %s measured\n",
+			sc.change.about, rep.capacityChanged, 100*rep.capacityChanged/rep.capacity, o.before, o.before+o.during, measure)
+	}
 
 	// Steps outer, set-ups inner: the set-ups compared at one load run
 	// within seconds of each other, so a machine whose other work comes and
 	// goes treats them alike.
-	rate := int64(rep.capacity/float64(o.instances) + 0.5)
+	blindRate := int64(o.headroom*rep.capacity/float64(o.instances) + 0.5)
 	for _, mult := range o.steps {
 		for _, setup := range o.setups {
 			// A fresh server per step: no step inherits the last one's
 			// backlog (an unprotected server still burns CPU for requests
 			// whose clients gave up) or its shedding state. The warm-up
 			// covers the start.
-			err := withServers(ctx, o, pin, setup, rate, string(setup), func(bases []string) error {
-				offered := mult * rep.capacity
-				maxConns := int(offered*o.timeout.Seconds()) + 64
-				c := newLoadClient(bases, o.work, o.timeout, maxConns)
-				defer c.close()
-				usage := sampleUsage(ctx, bases[0])
-				samples := c.openLoop(ctx, offered, o.warmup, o.measure, maxConns, uint64(mult*1000))
-				fleet := usage()
-				if ctx.Err() != nil {
-					return ctx.Err()
+			err := withServers(ctx, o, pin, sc, setup, blindRate, dir, string(setup), func(servers []*server) error {
+				st, err := runStep(ctx, rep, env, servers, setup, mult)
+				if err != nil {
+					return err
 				}
-				st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, o.measure), fleetUsage: fleet}
 				rep.steps = append(rep.steps, st)
 				fmt.Fprintln(stdout, st.progressLine())
 				return nil
@@ -230,15 +357,111 @@ func runAll(ctx context.Context, o options, stdout io.Writer) (*report, error) {
 			}
 		}
 	}
+	rep.loadAfter = loadAverage()
 	return rep, nil
+}
+
+// runStep floods servers at mult × capacity and judges the outcome
+// against the floor on the same arrivals.
+func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*server, setup api.Protection, mult float64) (step, error) {
+	o, sc := rep.opts, rep.sc
+	bases := basesOf(servers)
+	offered := mult * rep.capacity
+	maxConns := int(offered*o.timeout.Seconds()) + 64
+	c := newLoadClient(bases, sc.work, o.timeout, maxConns)
+	defer c.close()
+	var changes []*change
+	var neighbourCPU time.Duration
+	if sc.change != nil {
+		var stop func() (time.Duration, error)
+		changes = []*change{
+			{at: o.warmup + o.before, apply: func() (err error) {
+				stop, err = sc.change.start(ctx, env, bases)
+				return err
+			}},
+			{at: o.warmup + o.before + o.during, apply: func() (err error) {
+				if stop == nil {
+					return nil
+				}
+				neighbourCPU, err = stop()
+				stop = nil
+				return err
+			}},
+		}
+		defer func() {
+			if stop != nil { // interrupted before the second change
+				stop()
+			}
+		}()
+	}
+	var pids []int
+	for _, s := range servers {
+		pids = append(pids, s.cmd.Process.Pid)
+	}
+	before := readCPUTimes(env.pin.serverCPU, pids...)
+	usage := sampleUsage(ctx, bases[0])
+	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes)
+	after := readCPUTimes(env.pin.serverCPU, pids...)
+	fleet := usage()
+	if ctx.Err() != nil {
+		return step{}, ctx.Err()
+	}
+	for _, ch := range changes {
+		if ch.err != nil {
+			return step{}, ch.err
+		}
+	}
+	samples := measured(fl.samples, o.warmup)
+	st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, rep.measure), fleetUsage: fleet,
+		quiet: quietBetween(before, after, env.pin.taskset != "", after.processes-before.processes, neighbourCPU, fl)}
+
+	// The floor, on the same arrivals (the warm-up's too: it fills the
+	// queues as it did in the run).
+	arr := arrivalsOf(fl.samples)
+	model := floorModel{servers: sc.floorServers(), timeout: o.timeout, end: o.warmup + rep.measure,
+		service: time.Duration(float64(sc.floorServers()) / rep.capacity * float64(time.Second))}
+	st.capacity = rep.capacity
+	critRate := offered * mix[shed.Critical]
+	criticalFitsChanged := critRate < rep.capacityChanged
+	if len(changes) == 2 {
+		t1, t2 := changes[0].applied, changes[1].applied
+		model.slow = []slowdown{{from: t1, to: t2, factor: rep.capacity / rep.capacityChanged}}
+		// The capacity the step had, on average over what was measured.
+		changed := (t2 - t1).Seconds()
+		st.capacity = (rep.capacity*(rep.measure.Seconds()-changed) + rep.capacityChanged*changed) / rep.measure.Seconds()
+	}
+	var floorLat []time.Duration
+	st.floor, floorLat = model.floor(arr, o.warmup, rep.measure)
+	if len(changes) == 2 {
+		end := o.warmup + rep.measure
+		t1, t2 := changes[0].applied, changes[1].applied
+		st.recoveries = []recovery{
+			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged),
+			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, critRate < rep.capacity),
+		}
+		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
+		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
+	} else {
+		st.steady, st.unchanged = st.stats, st.stats
+	}
+	return st, nil
+}
+
+func basesOf(servers []*server) []string {
+	var bases []string
+	for _, s := range servers {
+		bases = append(bases, s.base)
+	}
+	return bases
 }
 
 // fleetRun numbers the fleets a run starts, for their Redis keys.
 var fleetRun atomic.Int64
 
-// withServers runs f against o.instances fresh servers with protection p.
-func withServers(ctx context.Context, o options, pin pinning, p api.Protection, rate int64, logName string, f func(bases []string) error) error {
-	logf, err := os.OpenFile(filepath.Join(o.out, "server-"+logName+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// withServers runs f against o.instances fresh servers of scenario sc with
+// protection p.
+func withServers(ctx context.Context, o options, pin pinning, sc scenario, p api.Protection, rate int64, dir, logName string, f func(servers []*server) error) error {
+	logf, err := os.OpenFile(filepath.Join(dir, "server-"+logName+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -249,13 +472,12 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 			s.stop()
 		}
 	}()
-	var bases []string
 	for i := range o.instances {
-		args := []string{"-protect", string(p)}
+		args := append([]string{"-protect", string(p)}, sc.serverArgs()...)
 		if rate > 0 && p == api.BlindLimit {
 			args = append(args, "-global-rate", strconv.FormatInt(rate, 10))
 		}
-		if p == api.Loadshed {
+		if isLoadshed(p) {
 			args = append(args, o.serverFlags...)
 		}
 		if o.redis != "" {
@@ -269,9 +491,8 @@ func withServers(ctx context.Context, o options, pin pinning, p api.Protection, 
 			return err
 		}
 		servers = append(servers, s)
-		bases = append(bases, s.base)
 	}
-	return f(bases)
+	return f(servers)
 }
 
 // latencies is the p50 and p99 of the successful samples.

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,80 +23,168 @@ import (
 // demonstration's own binary is: startServer runs os.Executable.
 func TestMain(m *testing.M) {
 	serveIfChild()
+	burnIfNeighbour()
 	os.Exit(m.Run())
 }
 
 // TestQuickRun runs the -quick demonstration (about 20 seconds, loopback
 // only, bounded) and asserts what must hold on any machine, however busy:
-// at 5× capacity, loadshed's layers get more critical requests through
-// than the priority-blind limit and than no protection. It asserts no
-// absolute figure: those depend on the machine.
-//
-// It runs the command as built without the race detector (go build), as a
-// newcomer runs it: under -race both the server's cost of answering and the
-// load generator's pace would change what is measured. Without the go
-// command at hand it runs in this process instead.
+// at 5× capacity, loadshed's default set-up gets more critical requests
+// through than the priority-blind limit and than no protection. It asserts
+// no absolute figure: those depend on the machine.
 func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demonstration for about 20 seconds")
 	}
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	var rep jsonReport
-	if bin := buildOverload(t, dir); bin != "" {
-		cmd := exec.CommandContext(ctx, bin, "-quick", "-out", dir)
-		out, err := cmd.CombinedOutput()
-		t.Log("\n" + string(out))
-		if err != nil {
-			t.Fatalf("overload -quick: %v", err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, "overload.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		var out bytes.Buffer
-		code := run([]string{"-quick", "-out", dir}, &out, &out)
-		t.Log("\n" + out.String())
-		if code != 0 {
-			t.Fatalf("run -quick: exit code %d", code)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, "overload.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	crit := map[string]float64{}
-	for _, s := range rep.Steps {
-		if s.Load == targetStep {
-			crit[s.Setup] = s.ByPriority[shed.Critical.String()].Success
-		}
-	}
+	dir := t.TempDir()
+	rep := runOverload(ctx, t, dir, "-quick", "-out", dir)
+	crit := criticalSuccessAt(rep, targetStep)
 	if len(crit) != 3 {
 		t.Fatalf("want a %d× step for each of the three set-ups, got %v", targetStep, crit)
 	}
 	ls, blind, none := crit[string(api.Loadshed)], crit[string(api.BlindLimit)], crit[string(api.Unprotected)]
-	if ls <= blind {
-		t.Errorf("critical success at %d×: loadshed %s, not above the priority-blind limit's %s", targetStep, pct(ls), pct(blind))
+	if ls <= blind || ls <= none {
+		failOrderingUnlessBusy(t, rep, fmt.Sprintf("critical success at %d×: loadshed %s, not above both the priority-blind limit's %s and no protection's %s",
+			targetStep, pct(ls), pct(blind), pct(none)))
 	}
-	if ls <= none {
-		t.Errorf("critical success at %d×: loadshed %s, not above no protection's %s", targetStep, pct(ls), pct(none))
+	// -quick's steps are 1× and 5×: at 5×, critical success, goodput and
+	// the two p99s against the floor.
+	if len(rep.TargetVerdicts) != 4 || rep.TargetsMet == nil {
+		t.Errorf("want four target verdicts, got %v", rep.TargetVerdicts)
 	}
-	if len(rep.TargetVerdicts) != 3 || rep.TargetsMet == nil {
-		t.Errorf("want three target verdicts, got %v", rep.TargetVerdicts)
+	if rep.Scenario != scenarioCPU {
+		t.Errorf("scenario %q, want %q by default", rep.Scenario, scenarioCPU)
+	}
+	for _, s := range rep.Steps {
+		if s.Floor.Goodput <= 0 || s.Floor.CriticalP99 <= 0 {
+			t.Errorf("%s at %.1f×: no floor (%+v)", s.Setup, s.Load, s.Floor)
+		}
 	}
 	for _, name := range []string{"overload.svg", "overload.png", "overload.txt"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: missing or empty (%v)", name, err)
 		}
+	}
+}
+
+// TestQuickRunIO floods the I/O-bound service (handlers waiting on a pool
+// of four downstream connections, the CPU nearly idle) at 5× for a few
+// seconds: the same default set-up that protects the CPU-bound service
+// must get more critical requests through than no protection here too,
+// where a defence watching the CPU alone never sheds (issue 22: 0%).
+func TestQuickRunIO(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demonstration for about 10 seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rep := runOverload(ctx, t, dir, "-quick", "-scenario", scenarioIO, "-steps", "5", "-setups", "none,loadshed", "-out", dir)
+	crit := criticalSuccessAt(rep, targetStep)
+	ls, none := crit[string(api.Loadshed)], crit[string(api.Unprotected)]
+	if len(crit) != 2 {
+		t.Fatalf("want a %d× step for each of the two set-ups, got %v", targetStep, crit)
+	}
+	if ls <= none {
+		failOrderingUnlessBusy(t, rep, fmt.Sprintf("critical success at %d× (io): loadshed %s, not above no protection's %s", targetStep, pct(ls), pct(none)))
+	}
+}
+
+// failOrderingUnlessBusy fails the test with msg, unless a step of the run
+// ran on a machine too busy to trust (other processes on the server's CPU,
+// the load generator late): then nothing can be concluded, and the test
+// is skipped, saying why.
+func failOrderingUnlessBusy(t *testing.T, rep jsonReport, msg string) {
+	t.Helper()
+	for _, s := range rep.Steps {
+		if !s.Trusted {
+			t.Skipf("%s; but the machine was too busy to judge (%s at %.1f×: %s)", msg, s.Setup, s.Load, s.Untrusted)
+		}
+	}
+	t.Error(msg)
+}
+
+// criticalSuccessAt is each set-up's critical success rate at load mult.
+func criticalSuccessAt(rep jsonReport, mult float64) map[string]float64 {
+	crit := map[string]float64{}
+	for _, s := range rep.Steps {
+		if s.Load == mult {
+			crit[s.Setup] = s.ByPriority[shed.Critical.String()].Success
+		}
+	}
+	return crit
+}
+
+// runOverload runs the demonstration with args, which must write its
+// report into dir, and returns the report. It runs the command as built
+// without the race detector (go build), as a newcomer runs it: under -race
+// both the server's cost of answering and the load generator's pace would
+// change what is measured. Without the go command at hand it runs in this
+// process instead.
+func runOverload(ctx context.Context, t *testing.T, dir string, args ...string) jsonReport {
+	t.Helper()
+	var out []byte
+	if bin := buildOverload(t, dir); bin != "" {
+		var err error
+		out, err = exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		t.Log("\n" + string(out))
+		if err != nil {
+			t.Fatalf("overload %v: %v", args, err)
+		}
+	} else {
+		var b bytes.Buffer
+		code := run(args, &b, &b)
+		t.Log("\n" + b.String())
+		if code != 0 {
+			t.Fatalf("run %v: exit code %d", args, code)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "overload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep jsonReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+var overloadFlag = flag.Bool("overload", false, "run every scenario in full and check loadshed's targets (about 10 minutes; see TestScenarios)")
+
+// TestScenarios runs the whole demonstration in each scenario (cpu, io,
+// drop, noisy: about ten minutes in all, so only with -overload) and checks
+// issue 22's targets for loadshed's default set-up, the same in all four:
+//
+//	go test ./examples/overload -run Scenarios -overload -timeout 30m -v
+//
+// A target missed on a step whose machine was not quiet (other processes
+// on the server's CPU, steal, a late load generator) is logged, not
+// failed: the figures of such a step say nothing about loadshed.
+func TestScenarios(t *testing.T) {
+	if !*overloadFlag {
+		t.Skip("long: run with -overload (see TestScenarios)")
+	}
+	for _, name := range scenarioNames {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			rep := runOverload(ctx, t, dir, "-scenario", name, "-out", dir)
+			if len(rep.TargetVerdicts) == 0 {
+				t.Fatal("no target verdicts")
+			}
+			for _, v := range rep.TargetVerdicts {
+				switch {
+				case strings.Contains(v, " FAIL "):
+					t.Errorf("%s: %s", name, v)
+				case strings.Contains(v, " UNSURE "):
+					t.Logf("%s, on a busy machine: %s", name, v)
+				}
+			}
+		})
 	}
 }
 
@@ -163,6 +254,12 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"-instances", "3"},
 		{"-instances", "0", "-redis", "127.0.0.1:6379"},
 		{"-setups", "none,magic"},
+		{"-scenario", "disk"},
+		{"-phases", "1s,2s"},
+		{"-phases", "1s,x,2s"},
+		{"-pool", "0"},
+		{"-latency", "0s"},
+		{"-blind-headroom", "0"},
 		{"extra"},
 	} {
 		var stderr bytes.Buffer
@@ -174,9 +271,16 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 	if err != nil || len(o.steps) != 5 || len(o.setups) != 3 || o.measure != 5*time.Second {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
+	if !slices.Equal(o.scenarios, []string{scenarioCPU}) || o.headroom != 0.85 {
+		t.Errorf("defaults: scenarios %v, blind headroom %v", o.scenarios, o.headroom)
+	}
 	o, err = parseOptions([]string{"-quick"}, &bytes.Buffer{})
 	if err != nil || !slices.Equal(o.steps, []float64{1, 5}) {
 		t.Errorf("-quick: steps %v, %v", o.steps, err)
+	}
+	o, err = parseOptions([]string{"-scenario", "all", "-phases", "1s,2s,3s"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(o.scenarios, scenarioNames) || o.during != 2*time.Second {
+		t.Errorf("-scenario all -phases 1s,2s,3s: %v %v, %v", o.scenarios, o.during, err)
 	}
 }
 

@@ -34,19 +34,25 @@ const (
 	// to priority: what a user of a plain rate limiter (httprate, say)
 	// would set.
 	BlindLimit Protection = "blind-limit"
-	// Loadshed is loadshed's layers, in order: a per-key rate limit, an
-	// in-flight cap with a priority queue, the fleet-usage shedder, the
-	// worker-utilisation shedder.
+	// Loadshed is loadshed's default set-up, the same whatever the service
+	// waits on: a per-key rate limit, the fleet-usage shedder (with Redis)
+	// and the worker layer as worker.New(worker.DefaultConfig()) builds it,
+	// which finds the bottleneck and its capacity itself.
 	Loadshed Protection = "loadshed"
+	// LoadshedCPUBound is the set-up tuned for handlers that burn one CPU,
+	// kept to compare against the default: the per-key rate limit, an
+	// in-flight cap of 8 with a priority queue, the fleet-usage shedder and
+	// worker.CPUBound() with a worker budget (LayerSettings).
+	LoadshedCPUBound Protection = "loadshed-cpubound"
 )
 
 // ParseProtection reads a protection's name.
 func ParseProtection(s string) (Protection, error) {
 	switch p := Protection(s); p {
-	case Unprotected, BlindLimit, Loadshed:
+	case Unprotected, BlindLimit, Loadshed, LoadshedCPUBound:
 		return p, nil
 	}
-	return "", fmt.Errorf("api: unknown protection %q (want %s, %s or %s)", s, Unprotected, BlindLimit, Loadshed)
+	return "", fmt.Errorf("api: unknown protection %q (want %s, %s, %s or %s)", s, Unprotected, BlindLimit, Loadshed, LoadshedCPUBound)
 }
 
 // The routes and their priorities. A request with X-Test-Mode: true is
@@ -79,8 +85,14 @@ type Config struct {
 	// GlobalRate is BlindLimit's limit, in requests per second for all
 	// clients together. Required with BlindLimit.
 	GlobalRate int64
-	// Layers tunes Loadshed's layers (zero: the defaults).
+	// Layers tunes LoadshedCPUBound's layers, and Loadshed's per-key rate
+	// limit and fleet layer (zero: the defaults).
 	Layers LayerSettings
+	// Downstream, when its Pool is set, makes every API request hold one
+	// connection of a simulated downstream (a database, another service)
+	// for its latency, as most API handlers do: the CPU stays nearly idle
+	// and the pool is the bottleneck.
+	Downstream DownstreamConfig
 	// Redis is the address of the Redis server the fleet layer shares
 	// counts through; empty: this process alone, in memory.
 	Redis string
@@ -102,6 +114,7 @@ type Service struct {
 	gauges  []layerkit.GaugeReporter
 	closers []func() error
 	burner  burner
+	down    *downstream  // nil without Config.Downstream
 	live    *config.Live // with Config.ConfigFile
 }
 
@@ -111,13 +124,22 @@ func New(cfg Config) (*Service, error) {
 		cfg.Protection = Loadshed
 	}
 	s := &Service{stats: &Stats{}, burner: newBurner()}
+	if cfg.Downstream.Pool > 0 {
+		d, err := newDownstream(cfg.Downstream)
+		if err != nil {
+			return nil, err
+		}
+		s.down = d
+	} else if cfg.Downstream.Pool < 0 {
+		return nil, fmt.Errorf("api: Downstream.Pool must not be negative, got %d", cfg.Downstream.Pool)
+	}
 	var protect func(http.Handler) http.Handler
 	var err error
 	switch cfg.Protection {
 	case Unprotected:
 	case BlindLimit:
 		protect, err = s.blindLimit(cfg.GlobalRate)
-	case Loadshed:
+	case Loadshed, LoadshedCPUBound:
 		if cfg.ConfigFile != "" {
 			protect, err = s.fromFile(cfg.ConfigFile)
 		} else {
@@ -137,6 +159,7 @@ func New(cfg Config) (*Service, error) {
 	// are never shed nor counted against anyone.
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	r.Get("/metrics", s.metrics)
+	r.Post("/admin/downstream", s.setDownstream)
 	r.Group(func(r chi.Router) {
 		if protect != nil {
 			r.Use(protect)
@@ -188,9 +211,17 @@ func (s *Service) Close() error {
 	return errors.Join(errs...)
 }
 
-// work answers a route after burning ?work= of CPU (default DefaultWork).
+// work answers a route after holding a downstream connection (with
+// Config.Downstream) and burning ?work= of CPU (default DefaultWork).
 func (s *Service) work(status int, body string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if s.down != nil {
+			if err := s.down.call(r.Context()); err != nil {
+				// The client has gone: nobody reads the answer.
+				http.Error(w, err.Error(), http.StatusGatewayTimeout)
+				return
+			}
+		}
 		d := DefaultWork
 		if v := r.URL.Query().Get("work"); v != "" {
 			var err error
@@ -289,7 +320,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (st *Stats) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/admin/") {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -369,6 +400,8 @@ func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struc
 					fmt.Fprintf(&line, " %s.%s=%.2f", g.Layer, g.Signal, g.Value)
 				case layerkit.GaugeShedLevel:
 					fmt.Fprintf(&line, " %s.level=%.2f", g.Layer, g.Value)
+				case layerkit.GaugeLimit, layerkit.GaugeQueued:
+					fmt.Fprintf(&line, " %s.%s=%.0f", g.Layer, g.Name, g.Value)
 				case layerkit.GaugeUsage:
 					fmt.Fprintf(&line, " %s.usage.%s=%.0f", g.Layer, g.Priority, g.Value)
 				}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/shed"
@@ -45,7 +46,7 @@ func do(t *testing.T, srv *httptest.Server, method, path string, header ...strin
 }
 
 func TestRoutesCountByPriority(t *testing.T) {
-	for _, p := range []Protection{Unprotected, BlindLimit, Loadshed} {
+	for _, p := range []Protection{Unprotected, BlindLimit, Loadshed, LoadshedCPUBound} {
 		t.Run(string(p), func(t *testing.T) {
 			svc, srv := serve(t, Config{Protection: p, GlobalRate: 1000})
 			for _, c := range []struct {
@@ -177,5 +178,56 @@ func TestTheExampleConfigFileServes(t *testing.T) {
 	_, srv := serve(t, Config{Protection: Loadshed, ConfigFile: "../loadshed.yaml"})
 	if status, _ := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusCreated {
 		t.Fatalf("POST /v1/charges behind examples/server/loadshed.yaml: %d, want 201", status)
+	}
+}
+
+func TestDownstreamHoldsAConnectionPerRequest(t *testing.T) {
+	svc, srv := serve(t, Config{Protection: Unprotected, Downstream: DownstreamConfig{Pool: 1, Latency: 40 * time.Millisecond}})
+	// Two requests on a pool of one: the second waits for the first's
+	// connection, so together they take at least two latencies.
+	start := time.Now()
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := srv.Client().Get(srv.URL + "/v1/charges?work=0s")
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	for range 2 {
+		if st := <-done; st != http.StatusOK {
+			t.Fatalf("status %d, want 200", st)
+		}
+	}
+	if d := time.Since(start); d < 80*time.Millisecond {
+		t.Errorf("two calls on a pool of one took %s, want at least 80ms", d)
+	}
+	// Three times slower from now on.
+	if status, body := do(t, srv, http.MethodPost, "/admin/downstream?slowdown=3"); status != http.StatusNoContent {
+		t.Fatalf("slowdown=3: %d %s", status, body)
+	}
+	start = time.Now()
+	do(t, srv, http.MethodGet, "/v1/charges?work=0s")
+	if d := time.Since(start); d < 120*time.Millisecond {
+		t.Errorf("a call at a third of the speed took %s, want at least 120ms", d)
+	}
+	for _, bad := range []string{"0.5", "x", "1000"} {
+		if status, _ := do(t, srv, http.MethodPost, "/admin/downstream?slowdown="+bad); status != http.StatusBadRequest {
+			t.Errorf("slowdown=%s: %d, want 400", bad, status)
+		}
+	}
+	if n := svc.Stats().Count(shed.Default, OK); n != 3 {
+		t.Errorf("counted %d ok, want 3 (the admin calls are not counted)", n)
+	}
+	if _, err := New(Config{Downstream: DownstreamConfig{Pool: -1}}); err == nil {
+		t.Error("a negative pool: no error")
+	}
+	_, plain := serve(t, Config{Protection: Unprotected})
+	if status, _ := do(t, plain, http.MethodPost, "/admin/downstream?slowdown=3"); status != http.StatusNotFound {
+		t.Errorf("slowdown without a downstream: %d, want 404", status)
 	}
 }

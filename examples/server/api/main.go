@@ -23,16 +23,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	redisAddr := fs.String("redis", "", "Redis address the fleet layer shares counts through (empty: this process alone, in memory)")
 	instance := fs.String("instance", "", "this instance's name in the fleet (default: host and pid)")
-	protect := fs.String("protect", string(Loadshed), "protection: none, blind-limit or loadshed")
+	protect := fs.String("protect", string(Loadshed), "protection: none, blind-limit, loadshed (the default set-up) or loadshed-cpubound (tuned for one CPU, to compare)")
 	globalRate := fs.Int64("global-rate", 0, "blind-limit's limit, requests per second for everybody")
+	var down DownstreamConfig
+	fs.IntVar(&down.Pool, "downstream-pool", 0, "every API request holds one of this many connections of a simulated downstream (0: none)")
+	fs.DurationVar(&down.Latency, "downstream-latency", 0, "how long a downstream call holds its connection (0: the default, 30ms)")
 	var ls LayerSettings
-	fs.Int64Var(&ls.InFlight, "in-flight", 0, "loadshed: requests running at once (0: the default, 8)")
-	fs.DurationVar(&ls.QueueWait, "queue-wait", 0, "loadshed: longest wait for an in-flight slot (0: the default, 500ms; negative: no queue)")
-	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed: the worker layer's budget of non-critical requests running at once (0: the default, 4)")
-	fs.Int64Var(&ls.BusyWorkers, "busy-workers", 0, "loadshed: the worker budget while the worker layer sheds (0: the default, 1)")
-	fs.DurationVar(&ls.WorkerQueueWait, "worker-queue-wait", 0, "loadshed: longest wait for a worker over the worker budget (0: no queue, 503 at once)")
-	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
-	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
+	fs.Int64Var(&ls.InFlight, "in-flight", 0, "loadshed-cpubound: requests running at once (0: the default, 8)")
+	fs.DurationVar(&ls.QueueWait, "queue-wait", 0, "loadshed-cpubound: longest wait for an in-flight slot (0: the default, 500ms; negative: no queue)")
+	fs.Int64Var(&ls.Workers, "workers", 0, "loadshed-cpubound: the worker layer's budget of non-critical requests running at once (0: the default, 4)")
+	fs.Int64Var(&ls.BusyWorkers, "busy-workers", 0, "loadshed-cpubound: the worker budget while the worker layer sheds (0: the default, 1)")
+	fs.DurationVar(&ls.WorkerQueueWait, "worker-queue-wait", 0, "loadshed-cpubound: longest wait for a worker over the worker budget (0: no queue, 503 at once)")
+	fs.Float64Var(&ls.CPUFull, "cpu-full", 0, "loadshed-cpubound: share of the CPU budget the worker layer counts as saturation (0: the default, 1.25)")
+	fs.DurationVar(&ls.SchedLatency, "sched-latency", 0, "loadshed-cpubound: Go scheduler latency the worker layer counts as saturation (0: the default, 20ms)")
 	fleetPrefix := fs.String("fleet-prefix", "", "start of the fleet layer's Redis keys; instances sharing capacity share it (default: the fleet layer's)")
 	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 10)")
 	configFile := fs.String("config", "", "loadshed's layers from this file (e.g. examples/server/loadshed.yaml), reloaded when it changes or on SIGHUP; replaces the layer flags")
@@ -49,6 +52,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Protection:  p,
 		GlobalRate:  *globalRate,
 		Layers:      ls,
+		Downstream:  down,
 		Redis:       *redisAddr,
 		Instance:    *instance,
 		FleetPrefix: *fleetPrefix,

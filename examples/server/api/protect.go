@@ -14,8 +14,9 @@ import (
 	"github.com/loadshed/loadshed/worker"
 )
 
-// LayerSettings tunes Loadshed's layers. The zero value of a field takes
-// its default.
+// LayerSettings tunes LoadshedCPUBound's layers; of them, Loadshed (the
+// default set-up) takes only PerKeyRate and FleetPerInstance. The zero value
+// of a field takes its default.
 type LayerSettings struct {
 	// PerKeyRate is each client's own rate limit, per second (default 1000:
 	// well above what one of the demonstration's clients sends, so that
@@ -161,12 +162,13 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 }
 
 // loadshed is loadshed's layers in order: each client's own rate limit
-// (429), the in-flight cap whose queue lets critical requests ahead (503),
-// and the worker layer, which sheds by priority when this process is busy
-// and keeps the CPU from queueing admitted work (503).
+// (429), with Redis the fleet-usage shedder, then the worker layer, which
+// sheds by priority when this process is busy (503). Loadshed builds the
+// worker layer as it comes, worker.New(worker.DefaultConfig()), whatever the
+// service waits on; LoadshedCPUBound adds the in-flight cap and builds it
+// from worker.CPUBound() with the LayerSettings.
 func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) {
 	ls := cfg.Layers.withDefaults()
-
 	perKey, err := ratelimit.NewMemory(ratelimit.TokenBucket, ratelimit.PerSecond(ls.PerKeyRate), ratelimit.MemoryConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
@@ -179,7 +181,44 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 		return nil, fmt.Errorf("api: per-key rate limit: %w", err)
 	}
 	s.closers = append(s.closers, rate.Close)
+	layers := []shed.Layer{rate}
+	wc := worker.DefaultConfig()
+	if cfg.Protection == LoadshedCPUBound {
+		inFlight, err := inFlightCap(ls)
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, inFlight)
+		wc = cpuBound(ls)
+	}
+	fl, err := s.fleetLayer(cfg, ls)
+	if err != nil {
+		return nil, err
+	}
+	if fl != nil {
+		layers = append(layers, fl)
+	}
+	busy, err := worker.New(wc)
+	if err != nil {
+		return nil, fmt.Errorf("api: worker layer: %w", err)
+	}
+	s.closers = append(s.closers, func() error { busy.Close(); return nil })
+	layers = append(layers, busy)
+	for _, l := range layers {
+		if g, ok := l.(layerkit.GaugeReporter); ok {
+			s.gauges = append(s.gauges, g)
+		}
+	}
+	chain, err := shed.NewChain(shed.Config{Layers: layers})
+	if err != nil {
+		return nil, err
+	}
+	return shedhttp.New(chain, httpConfig())
+}
 
+// inFlightCap is LoadshedCPUBound's cap on requests running at once, whose
+// queue lets critical requests wait ahead of the rest.
+func inFlightCap(ls LayerSettings) (shed.Layer, error) {
 	capEnf := shed.Enforcement{
 		Action: shed.Queue,
 		Queue:  shed.QueueConfig{MaxLength: ls.QueueLength, MaxWait: ls.QueueWait, AdaptiveLIFO: true},
@@ -196,9 +235,13 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 	if err != nil {
 		return nil, fmt.Errorf("api: in-flight cap: %w", err)
 	}
-	// The package's preset for handlers that burn CPU (a worker budget,
-	// Yield, the CPU counted saturated only when the whole budget is busy),
-	// with this example's settings.
+	return inFlight, nil
+}
+
+// cpuBound is the package's preset for handlers that burn CPU (a worker
+// budget, Yield, the CPU counted saturated only when the whole budget is
+// busy), with this example's settings.
+func cpuBound(ls LayerSettings) worker.Config {
 	wc := worker.CPUBound()
 	wc.Workers = ls.Workers
 	wc.BusyWorkers = ls.BusyWorkers
@@ -209,28 +252,5 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 			MaxLength: ls.QueueLength, MaxWait: ls.WorkerQueueWait, AdaptiveLIFO: true,
 		}}
 	}
-	busy, err := worker.New(wc)
-	if err != nil {
-		return nil, fmt.Errorf("api: worker layer: %w", err)
-	}
-	s.closers = append(s.closers, func() error { busy.Close(); return nil })
-
-	layers := []shed.Layer{rate, inFlight, busy}
-	fl, err := s.fleetLayer(cfg, ls)
-	if err != nil {
-		return nil, err
-	}
-	if fl != nil {
-		layers = []shed.Layer{rate, inFlight, fl, busy}
-	}
-	for _, l := range layers {
-		if g, ok := l.(layerkit.GaugeReporter); ok {
-			s.gauges = append(s.gauges, g)
-		}
-	}
-	chain, err := shed.NewChain(shed.Config{Layers: layers})
-	if err != nil {
-		return nil, err
-	}
-	return shedhttp.New(chain, httpConfig())
+	return wc
 }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The demonstration's figures mean something only if the server had its CPU
+// and the load generator kept its pace. A machine shared with other work
+// (builds, test suites, a hypervisor's other guests) takes CPU away from
+// both, and a target then fails for reasons that are not the defence's. So
+// each step reads, before and after, what Linux says of the machine, and
+// the report calls a step's figures untrustworthy, rather than failed, when:
+//
+//   - other processes ran on the server's CPU (its busy time, less the
+//     server's own CPU time and the noisy neighbour the scenario starts,
+//     above maxForeign of the step);
+//   - the hypervisor stole CPU time (steal, above maxSteal of all CPUs'
+//     time);
+//   - the load generator sent more than maxLate of its requests more than
+//     lateBy after their planned arrival.
+const (
+	maxForeign = 0.10
+	maxSteal   = 0.05
+	maxLate    = 0.01
+)
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on every Linux
+// of note).
+const clockTick = 10 * time.Millisecond
+
+// cpuTimes is one reading of /proc: the busy and steal time of the
+// server's CPU and of all, and the CPU time of the processes watched.
+type cpuTimes struct {
+	at        time.Time
+	cpuBusy   time.Duration // user+nice+system on the server's CPU
+	allTotal  time.Duration // every CPU, every state
+	allSteal  time.Duration
+	processes time.Duration // utime+stime of the watched processes
+	ok        bool
+}
+
+// readCPUTimes reads /proc/stat for cpu (-1: none) and /proc/PID/stat for
+// each pid; ok is false when any of it is unreadable (not Linux).
+func readCPUTimes(cpu int, pids ...int) cpuTimes {
+	t := cpuTimes{at: time.Now()}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		var v [8]time.Duration
+		for i := range v {
+			n, _ := strconv.ParseInt(f[i+1], 10, 64)
+			v[i] = time.Duration(n) * clockTick
+		}
+		switch f[0] {
+		case "cpu":
+			for _, x := range v {
+				t.allTotal += x
+			}
+			t.allSteal = v[7]
+		case "cpu" + strconv.Itoa(cpu):
+			t.cpuBusy = v[0] + v[1] + v[2]
+		}
+	}
+	for _, pid := range pids {
+		d, ok := processCPU(pid)
+		if !ok {
+			return t
+		}
+		t.processes += d
+	}
+	t.ok = true
+	return t
+}
+
+// processCPU is a process's utime+stime, from /proc/PID/stat.
+func processCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis (state is field 3; utime 14, stime 15).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * clockTick, true
+}
+
+// loadAverage is the first figure of /proc/loadavg; "" when unreadable.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// quiet is how undisturbed one step ran.
+type quiet struct {
+	known   bool    // false: /proc could not be read
+	foreign float64 // share of the step other processes ran on the server's CPU
+	steal   float64 // share of all CPU time stolen by the hypervisor
+	late    float64 // share of requests sent more than lateBy late
+	lateP99 time.Duration
+	// serverCPU is the server's own CPU time over the step, as a share of
+	// the step (1: all of one CPU).
+	serverCPU float64
+}
+
+// quietBetween compares two readings; extra is CPU time the scenario's
+// own neighbour used on the server's CPU (not foreign: it is the
+// scenario), server the servers' own.
+// Without pinning there is no server CPU to look at: only steal and the
+// generator's lateness are judged.
+func quietBetween(a, b cpuTimes, pinned bool, server, extra time.Duration, f flood) quiet {
+	q := quiet{late: f.late, lateP99: f.lateP99}
+	if !a.ok || !b.ok {
+		return q
+	}
+	wall := b.at.Sub(a.at)
+	if wall <= 0 {
+		return q
+	}
+	q.known = true
+	if pinned {
+		foreign := (b.cpuBusy - a.cpuBusy) - server - extra
+		q.foreign = max(0, float64(foreign)/float64(wall))
+	}
+	if tot := b.allTotal - a.allTotal; tot > 0 {
+		q.steal = float64(b.allSteal-a.allSteal) / float64(tot)
+	}
+	q.serverCPU = float64(server) / float64(wall)
+	return q
+}
+
+// trusted is whether the step's figures may decide a target, and if not,
+// why.
+func (q quiet) trusted() (bool, string) {
+	var why []string
+	if q.known && q.foreign > maxForeign {
+		why = append(why, fmt.Sprintf("other processes took %.1f%% of the server's CPU", 100*q.foreign))
+	}
+	if q.known && q.steal > maxSteal {
+		why = append(why, fmt.Sprintf("the hypervisor stole %.1f%% of the CPU time", 100*q.steal))
+	}
+	if q.late > maxLate {
+		why = append(why, fmt.Sprintf("the load generator sent %.1f%% of its requests over %s late (p99 %s)", 100*q.late, lateBy, ms(q.lateP99)))
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+func TestSharesAreNeverRoundedUpToATarget(t *testing.T) {
+	for _, c := range []struct {
+		f    float64
+		want string
+	}{
+		{1, "100%"},
+		{0.99899, "99.89%"}, // not 99.90%: that would read as meeting 99.9%
+		{0.999, "99.90%"},
+		{0.9496, "94.9%"}, // not 95.0%
+		{0.885, "88.5%"},
+		{0, "0.0%"},
+	} {
+		if got := pct(c.f); got != c.want {
+			t.Errorf("pct(%v) = %s, want %s", c.f, got, c.want)
+		}
+	}
+	if got := ratio(1501*time.Microsecond, time.Millisecond); got != "1.51×" {
+		t.Errorf("ratio 1.501 = %s, want 1.51× (rounded up, not read as 1.50×)", got)
+	}
+	if got := ratio(time.Millisecond, 0); got != "-" {
+		t.Errorf("ratio to no floor = %s, want -", got)
+	}
+}
+
+func TestRecoveryAfterAChange(t *testing.T) {
+	// 100 answers a second, each sent and answered at once, critical every
+	// tenth; the floor answers them all. From 2s to 3s the service answers
+	// nothing: back at 3s, one second after the change at 2s.
+	var samples []sample
+	var arr []arrival
+	var floorLat []time.Duration
+	for i := range 600 {
+		at := time.Duration(i) * 10 * time.Millisecond
+		p := shed.Default
+		if i%10 == 0 {
+			p = shed.Critical
+		}
+		res := resOK
+		if at >= 2*time.Second && at < 3*time.Second {
+			res = resShed
+		}
+		samples = append(samples, sample{prio: p, res: res, latency: time.Millisecond, at: at})
+		arr = append(arr, arrival{at: at, prio: p})
+		floorLat = append(floorLat, time.Millisecond)
+	}
+	r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true)
+	if r.back != time.Second {
+		t.Errorf("back after %s, want 1s (goodput %v, floor %v, critical %v)", r.back, r.goodput, r.floor, r.critical)
+	}
+	if len(r.goodput) != 10 || r.goodput[0] != 100 || r.goodput[2] != 0 {
+		t.Errorf("windows from 1s: goodput %v", r.goodput)
+	}
+	// Critical requests alone failing keep it off target while critical
+	// success is judged, not when critical demand does not fit.
+	for i := range samples {
+		if samples[i].prio == shed.Critical && samples[i].at >= 3*time.Second && samples[i].at < 4*time.Second {
+			samples[i].res = resShed
+		}
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true); r.back != 2*time.Second {
+		t.Errorf("critical failing until 4s: back after %s, want 2s", r.back)
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("critical not judged: back after %s, want 1s", r.back)
+	}
+	// Goodput is judged over a second: 100% and 85% of the floor's in turn
+	// (the batches of a slowed pool) is back.
+	alternate := slices.Clone(samples)
+	for i := range alternate {
+		if at := alternate[i].at; at >= 3*time.Second {
+			alternate[i].res = resOK
+			if (at/window)%2 == 1 && i%20 < 3 {
+				alternate[i].res = resTimeout
+			}
+		}
+	}
+	if r := recoveryAfter(alternate, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("goodput 100%% and 85%% in turn: back after %s, want 1s (goodput %v)", r.back, r.goodput)
+	}
+	// A dip of one window later on does not undo the recovery; off target
+	// every other window to the end, it is never back.
+	for i := range samples {
+		if samples[i].at >= 4500*time.Millisecond && samples[i].at < 5*time.Second {
+			samples[i].res = resTimeout
+		}
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+		t.Errorf("a dip at 4.5s: back after %s, want 1s", r.back)
+	}
+	for i := range samples {
+		if samples[i].at >= 3*time.Second && (samples[i].at/window)%2 == 0 {
+			samples[i].res = resTimeout
+		}
+	}
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back >= 0 {
+		t.Errorf("off target every other window: back after %s, want never", r.back)
+	}
+}
+
+func TestSteadyLeavesOutTheChanges(t *testing.T) {
+	var samples []sample
+	for i := range 100 {
+		samples = append(samples, sample{at: time.Duration(i) * 100 * time.Millisecond})
+	}
+	changes := []*change{{applied: 3 * time.Second}, {applied: 6 * time.Second}}
+	// Without 3-5s and 6-8s: 100 - 20 - 20.
+	if got := len(steady(samples, changes, false)); got != 60 {
+		t.Errorf("the change left in: %d samples, want 60", got)
+	}
+	// Without 3-8s.
+	if got := len(steady(samples, changes, true)); got != 50 {
+		t.Errorf("the change left out: %d samples, want 50", got)
+	}
+	if got := len(steady(samples, nil, false)); got != 100 {
+		t.Errorf("no change: %d samples, want 100", got)
+	}
+}
+
+func TestABusyMachineIsNotTrusted(t *testing.T) {
+	if ok, why := (quiet{known: true, foreign: 0.02, steal: 0.01, late: 0.001}).trusted(); !ok {
+		t.Errorf("a quiet machine: not trusted (%s)", why)
+	}
+	for _, q := range []quiet{
+		{known: true, foreign: 0.2},
+		{known: true, steal: 0.1},
+		{late: 0.05, lateP99: 30 * time.Millisecond},
+	} {
+		if ok, why := q.trusted(); ok || why == "" {
+			t.Errorf("%+v: trusted", q)
+		}
+	}
+	// A failed target on an untrusted step is UNSURE, not FAIL.
+	r := &report{opts: options{setups: nil}, calibration: quiet{known: true, foreign: 0.3}}
+	if ok, why := r.trusted(step{}); ok || !strings.Contains(why, "capacity was measured") {
+		t.Errorf("busy calibration: trusted %v (%s)", ok, why)
+	}
+	if got := (verdict{unsure: true}).word(); got != "UNSURE" {
+		t.Errorf("word %s, want UNSURE", got)
+	}
+}
+
+func TestQuietBetweenReadings(t *testing.T) {
+	now := time.Now()
+	a := cpuTimes{at: now, cpuBusy: 10 * time.Second, allTotal: 100 * time.Second, allSteal: time.Second, ok: true}
+	b := cpuTimes{at: now.Add(10 * time.Second), cpuBusy: 19 * time.Second, allTotal: 120 * time.Second, allSteal: 2 * time.Second, ok: true}
+	// 9s busy on the server's CPU in 10s: 6s the server, 2s the neighbour,
+	// 1s someone else.
+	q := quietBetween(a, b, true, 6*time.Second, 2*time.Second, flood{late: 0.002})
+	if !q.known || q.foreign < 0.099 || q.foreign > 0.101 || q.steal != 0.05 || q.serverCPU != 0.6 {
+		t.Errorf("%+v", q)
+	}
+	if q := quietBetween(a, b, false, 6*time.Second, 0, flood{}); q.foreign != 0 {
+		t.Errorf("unpinned: foreign %v, want 0 (unknown)", q.foreign)
+	}
+}
+
+func TestReadingProc(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	burnSome := time.Now().Add(30 * time.Millisecond)
+	for time.Now().Before(burnSome) {
+	}
+	if d, ok := processCPU(os.Getpid()); !ok || d <= 0 {
+		t.Errorf("this process's CPU time: %s, %v", d, ok)
+	}
+	if _, ok := processCPU(-1); ok {
+		t.Error("a process that does not exist: ok")
+	}
+	a := readCPUTimes(0, os.Getpid())
+	if !a.ok || a.allTotal <= 0 || a.processes <= 0 {
+		t.Errorf("%+v", a)
+	}
+	if loadAverage() == "" {
+		t.Error("no load average")
+	}
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A scenario is a kind of service and what happens to it during a flood.
+// The protected set-up is the same in all of them: the point is that one
+// default protects every kind of service without being told which.
+type scenario struct {
+	name  string
+	about string
+	// work is the CPU each request burns.
+	work time.Duration
+	// pool is the downstream's connections (0: none; the CPU is the
+	// bottleneck), latency one call's.
+	pool    int
+	latency time.Duration
+	// change, when set, takes capacity away mid-flood and gives it back.
+	change *capacityChange
+}
+
+// capacityChange is a stretch of a flood during which the service has
+// less capacity.
+type capacityChange struct {
+	about string
+	// factor, when known, is how many times slower the service runs while
+	// the change lasts (0: measured in the calibration).
+	factor float64
+	// start takes the capacity away from the servers at bases; the
+	// function it returns gives it back and says how much CPU time the
+	// change itself used on the server's CPU (a neighbour's).
+	start func(ctx context.Context, env scenarioEnv, bases []string) (stop func() (time.Duration, error), err error)
+}
+
+// scenarioEnv is what a change needs of the run.
+type scenarioEnv struct {
+	pin  pinning
+	opts options
+}
+
+// Scenario names, for -scenario.
+const (
+	scenarioCPU   = "cpu"
+	scenarioIO    = "io"
+	scenarioDrop  = "drop"
+	scenarioNoisy = "noisy"
+)
+
+var scenarioNames = []string{scenarioCPU, scenarioIO, scenarioDrop, scenarioNoisy}
+
+// dropFactor is how much slower the downstream runs in the drop scenario.
+const dropFactor = 3
+
+// newScenario builds the scenario called name with the run's settings.
+func newScenario(name string, o options) (scenario, error) {
+	switch name {
+	case scenarioCPU:
+		return scenario{name: name, work: o.work,
+			about: fmt.Sprintf("CPU-bound: each request burns %s of the server's one CPU", o.work)}, nil
+	case scenarioIO:
+		return scenario{name: name, pool: o.pool, latency: o.latency,
+			about: fmt.Sprintf("I/O-bound: each request holds one of %d downstream connections for %s; the CPU is nearly idle", o.pool, o.latency)}, nil
+	case scenarioDrop:
+		return scenario{name: name, pool: o.pool, latency: o.latency,
+			about:  fmt.Sprintf("capacity drop: as io (%d connections, %s a call), the downstream at a third of its speed mid-flood, then recovered", o.pool, o.latency),
+			change: &capacityChange{about: fmt.Sprintf("downstream %d× slower", dropFactor), factor: dropFactor, start: slowDownstream}}, nil
+	case scenarioNoisy:
+		return scenario{name: name, work: o.work,
+			about:  fmt.Sprintf("noisy neighbour: as cpu (%s a request), another process burns the server's CPU mid-flood", o.work),
+			change: &capacityChange{about: "a CPU burner on the server's CPU", start: startNeighbour}}, nil
+	}
+	return scenario{}, fmt.Errorf("unknown scenario %q (want %s)", name, strings.Join(scenarioNames, ", "))
+}
+
+// serverArgs are the example server's flags for the scenario.
+func (sc scenario) serverArgs() []string {
+	if sc.pool == 0 {
+		return nil
+	}
+	return []string{"-downstream-pool", strconv.Itoa(sc.pool), "-downstream-latency", sc.latency.String()}
+}
+
+// floorServers is how many requests the service can work on at once in
+// the floor's model: one on one CPU, one per downstream connection.
+func (sc scenario) floorServers() int { return max(1, sc.pool) }
+
+// slowDownstream makes every server's downstream dropFactor times slower.
+func slowDownstream(ctx context.Context, _ scenarioEnv, bases []string) (func() (time.Duration, error), error) {
+	set := func(f float64) error {
+		for _, b := range bases {
+			req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, b+"/admin/downstream?slowdown="+strconv.FormatFloat(f, 'g', -1, 64), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("slowing the downstream of %s: %w", b, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				return fmt.Errorf("slowing the downstream of %s: %s", b, resp.Status)
+			}
+		}
+		return nil
+	}
+	if err := set(dropFactor); err != nil {
+		return nil, err
+	}
+	return func() (time.Duration, error) { return 0, set(1) }, nil
+}
+
+// neighbourEnv, set in a child's environment, makes this binary a CPU
+// burner: the noisy neighbour.
+const neighbourEnv = "LOADSHED_OVERLOAD_NEIGHBOUR"
+
+// burnIfNeighbour spins until killed when this process is a neighbour
+// started by startNeighbour.
+func burnIfNeighbour() {
+	if os.Getenv(neighbourEnv) != "1" {
+		return
+	}
+	x := uint64(1)
+	for {
+		x = x*6364136223846793005 + 1442695040888963407
+		if x == 0 {
+			os.Exit(1) // never: keeps the loop from being removed
+		}
+	}
+}
+
+// startNeighbour starts a process that burns CPU on the server's CPU, as
+// another service on the same machine would: the kernel then shares that
+// CPU between it and the server.
+func startNeighbour(_ context.Context, env scenarioEnv, _ []string) (func() (time.Duration, error), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to run it as the neighbour: %w", err)
+	}
+	var cmd *exec.Cmd
+	if env.pin.taskset != "" {
+		cmd = exec.Command(env.pin.taskset, "-c", strconv.Itoa(env.pin.serverCPU), self)
+	} else {
+		cmd = exec.Command(self)
+	}
+	cmd.Env = append(os.Environ(), neighbourEnv+"=1", "GOMAXPROCS=1")
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the neighbour: %w", err)
+	}
+	var once sync.Once
+	var used time.Duration
+	stop := func() (time.Duration, error) {
+		once.Do(func() {
+			used, _ = processCPU(cmd.Process.Pid)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		return used, nil
+	}
+	return stop, nil
+}

@@ -1,0 +1,134 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+
+	"github.com/loadshed/loadshed/shed/layerkit"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// Over the learnt limit a request waits in the queue, and freed capacity
+// goes to the highest priority waiting, not to the first that came.
+func TestLearntLimitQueuesByPriority(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 2, Min: 1}})
+	ctx := context.Background()
+	var held []shed.Lease
+	for i := 0; i < 2; i++ {
+		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
+		if err != nil {
+			t.Fatalf("request %d within the limit of 2: %v", i, err)
+		}
+		held = append(held, ls)
+	}
+	type result struct {
+		p   shed.Priority
+		err error
+	}
+	got := make(chan result, 2)
+	for i, p := range []shed.Priority{shed.Sheddable, shed.Critical} {
+		go func() {
+			ls, err := l.Acquire(ctx, shed.Request{Priority: p})
+			if err == nil {
+				defer ls.Release(shed.Completed)
+			}
+			got <- result{p, err}
+		}()
+		waitUntil(t, "the request to queue", func() bool { return l.Queued() == i+1 })
+	}
+	var limit float64
+	l.ReportGauges(func(g layerkit.Gauge) {
+		if g.Name == layerkit.GaugeLimit {
+			limit = g.Value
+		}
+	})
+	if limit != 2 {
+		t.Fatalf("limit gauge %v, want 2", limit)
+	}
+	clock.Advance(10 * time.Millisecond)
+	held[0].Release(shed.Completed)
+	if r := <-got; r.p != shed.Critical || r.err != nil {
+		t.Fatalf("first served: %v (%v), want critical", r.p, r.err)
+	}
+	held[1].Release(shed.Completed)
+	if r := <-got; r.p != shed.Sheddable || r.err != nil {
+		t.Fatalf("second served: %v (%v), want sheddable", r.p, r.err)
+	}
+}
+
+// Over the queue's bound (one limit's worth of waiters, at least
+// minQueue), a newcomer evicts the lowest priority waiting, and one with
+// nobody below it is refused.
+func TestLearntLimitQueueBoundShedsTheLowestFirst(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 4, Min: 1, Max: 4}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 4; i++ {
+		if _, err := l.Acquire(ctx, shed.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, minQueue+1)
+	queue := func(p shed.Priority) {
+		go func() {
+			_, err := l.Acquire(ctx, shed.Request{Priority: p})
+			errs <- err
+		}()
+	}
+	for i := 0; i < minQueue; i++ {
+		queue(shed.TestMode)
+		n := i + 1
+		waitUntil(t, "the queue to fill", func() bool { return l.Queued() == n })
+	}
+	queue(shed.Default) // evicts a test-mode waiter
+	var r *shed.Rejection
+	select {
+	case err := <-errs:
+		r = shedtest.Rejection(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiter evicted for a default request at a full queue")
+	}
+	if r.Reason != "evicted by higher-priority request" {
+		t.Fatalf("at the bound, a default request arriving: %q, want a test-mode waiter evicted", r.Reason)
+	}
+	// The victim can answer before the default request has taken its place.
+	waitUntil(t, "the default request to queue", func() bool { return l.Queued() == minQueue })
+	if _, err := l.Acquire(ctx, shed.Request{Priority: shed.TestMode}); shedtest.Rejection(t, err).Reason != "queue full" {
+		t.Fatalf("test-mode at a full queue with nothing below it: %v, want queue full", err)
+	}
+}
+
+// The headroom elastic limits read counts in flight against the learnt
+// limit: half of it in use, half the headroom; all of it, none.
+func TestLearntLimitHeadroom(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 4, Min: 4}})
+	ctx := context.Background()
+	var held []shed.Lease
+	take := func(n int) {
+		for i := 0; i < n; i++ {
+			ls, err := l.Acquire(ctx, shed.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, ls)
+		}
+		clock.Advance(DefaultInterval)
+	}
+	take(2)
+	if h := l.Headroom(); h < 0.45 || h > 0.55 {
+		t.Fatalf("2 of 4 in flight: headroom %v, want about 0.5", h)
+	}
+	take(2)
+	if h := l.Headroom(); h > 0.3 {
+		t.Fatalf("4 of 4 in flight: headroom %v, want near 0", h)
+	}
+	for i := range held {
+		held[i].Release(shed.Completed)
+	}
+}
