@@ -2,10 +2,11 @@ package ratelimit
 
 import (
 	"errors"
-	"github.com/loadshed/loadshed/internal/redisx"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/redisx"
 
 	"github.com/redis/go-redis/v9"
 

@@ -1,7 +1,6 @@
 package shedhttp
 
 import (
-	"github.com/loadshed/loadshed/shed"
 	"hash/maphash"
 	"math/rand/v2"
 	"net/http"
@@ -9,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/loadshed/loadshed/shed"
 
 	"github.com/loadshed/loadshed/internal/ratefield"
 )

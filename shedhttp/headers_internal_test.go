@@ -1,13 +1,14 @@
 package shedhttp
 
 import (
-	"github.com/loadshed/loadshed/internal/ratefield"
-	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/loadshed/loadshed/internal/ratefield"
+	"github.com/loadshed/loadshed/shed"
 )
 
 func TestPolicyCacheIsBoundedAndConcurrencySafe(t *testing.T) {

@@ -4,14 +4,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/loadshed/loadshed/internal/ratefield"
-	"github.com/loadshed/loadshed/propagation"
-	"github.com/loadshed/loadshed/shed"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/ratefield"
+	"github.com/loadshed/loadshed/propagation"
+	"github.com/loadshed/loadshed/shed"
 
 	"github.com/go-chi/chi/v5"
 )

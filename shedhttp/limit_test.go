@@ -3,13 +3,15 @@ package shedhttp_test
 import (
 	"context"
 
-	"github.com/go-chi/chi/v5"
-	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/loadshed/loadshed/shed"
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"

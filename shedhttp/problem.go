@@ -1,13 +1,14 @@
 package shedhttp
 
 import (
-	"github.com/loadshed/loadshed/internal/ratefield"
-	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/loadshed/loadshed/internal/ratefield"
+	"github.com/loadshed/loadshed/shed"
 )
 
 // Problem types (RFC 9457) for rejections, as

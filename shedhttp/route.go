@@ -2,12 +2,13 @@ package shedhttp
 
 import (
 	"fmt"
-	"github.com/loadshed/loadshed/shed"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/loadshed/loadshed/shed"
 
 	"github.com/go-chi/chi/v5"
 )

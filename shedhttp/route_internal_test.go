@@ -2,10 +2,11 @@ package shedhttp
 
 import (
 	"fmt"
-	"github.com/loadshed/loadshed/internal/ratefield"
-	"github.com/loadshed/loadshed/shed"
 	"sync"
 	"testing"
+
+	"github.com/loadshed/loadshed/internal/ratefield"
+	"github.com/loadshed/loadshed/shed"
 )
 
 func TestRouteRulesPrecedence(t *testing.T) {

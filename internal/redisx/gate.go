@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/loadshed/loadshed/shed"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/shed"
 )
 
 // Gate says whether the request path may use Redis. Healthy, every request
