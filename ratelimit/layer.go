@@ -168,13 +168,20 @@ func (l *Layer) owns(c *compiledRule) bool {
 // overageFor builds the in-memory limiter of c's overage: Ceiling − limit
 // units per Period, the burst scaled alike.
 func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory, error) {
-	lim := c.limit
+	return NewMemory(c.Store.Algorithm(), c.limit.Overage(e), MemoryConfig{Clock: clock})
+}
+
+// Overage is the room a soft limit has above l under e: what e's ceiling
+// adds to the quantity, and to the burst where l has one, over the same
+// period. A soft limit keeps it in a store of its own, so that the overage
+// is bounded as the limit is.
+func (l Limit) Overage(e *shed.Enforcement) Limit {
 	extra := func(n int64) int64 { return e.Ceiling(n) - n }
-	o := Limit{Quantity: extra(lim.Quantity), Period: lim.Period}
-	if lim.Burst > 0 {
-		o.Burst = extra(lim.Burst)
+	o := Limit{Quantity: extra(l.Quantity), Period: l.Period}
+	if l.Burst > 0 {
+		o.Burst = extra(l.Burst)
 	}
-	return NewMemory(c.Store.Algorithm(), o, MemoryConfig{Clock: clock})
+	return o
 }
 
 // Name returns the layer's name (Config.Name, default "ratelimit").

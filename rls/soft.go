@@ -48,13 +48,7 @@ func newSoftLimit(s *Soft, l *Limit, clock shed.Clock) (*softLimit, error) {
 	if err := enf.Validate(); err != nil {
 		return nil, err
 	}
-	lim := l.limit()
-	extra := func(n int64) int64 { return enf.Ceiling(n) - n }
-	o := ratelimit.Limit{Quantity: extra(lim.Quantity), Period: lim.Period}
-	if lim.Burst > 0 {
-		o.Burst = extra(lim.Burst)
-	}
-	m, err := ratelimit.NewMemory(l.Algorithm, o, ratelimit.MemoryConfig{Clock: clock})
+	m, err := ratelimit.NewMemory(l.Algorithm, l.limit().Overage(enf), ratelimit.MemoryConfig{Clock: clock})
 	if err != nil {
 		return nil, err
 	}
