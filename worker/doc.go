@@ -14,7 +14,8 @@
 // is over its bound, sheds the least important requests first: test-mode
 // traffic, then sheddable, then default (critical only when
 // Config.ShedCritical says so). Its CPU and scheduler latency signals
-// shrink the limit while the CPU is saturated. Layer
+// shrink the limit while the CPU is saturated, whether this process uses
+// all of it or a neighbour takes part of it. Layer
 // implements shed.Layer (named "worker"), and also shed.Headroom, the
 // signal elastic limits of the other layers read, and layerkit.GaugeReporter.
 //
@@ -104,8 +105,17 @@
 // Requests over the limit wait in shed.WaitQueues, highest priority first.
 // Critical requests have a queue of their own, first in first out and
 // served before the other, so that their tail stays that of a strict
-// priority scheduler; they are never refused for the queue's bounds, only
-// for their own deadline or the queue's cap of one second. The other
+// priority scheduler; they are never refused for the queue's length, only
+// for their own deadline or the queue's wait of one second. Once that
+// queue has not emptied for 100ms, critical demand alone is over capacity
+// (served first, it empties within moments otherwise), and a second's
+// wait would serve only requests whose clients are about to give up: those
+// who join it then wait at most the other priorities' bound, and at least
+// 100ms, as Facebook's controlled delay bounds a standing queue's waits.
+// At 10x on the demonstration's one-CPU server with a neighbour taking
+// half the CPU, the second's wait served nothing (every critical request
+// was answered after its client's timeout); the bounded wait served 80%
+// of the reduced capacity. The other
 // priorities wait newest first once their queue has stood for half a
 // second (adaptive LIFO: under sustained overload the oldest waiters are
 // those likeliest to time out, and serving the newest keeps the latency of
@@ -133,14 +143,21 @@
 // pressure, 0 idle and 1 saturated, smooths it (an exponential moving
 // average) and takes the highest:
 //
-//   - cpu: this process's CPU time (gopsutil) against its real budget (at
+//   - cpu: this process's CPU time (gopsutil) and, on Linux, the time its
+//     threads waited in the kernel's run queue for a CPU given to another
+//     process (/proc/self/task/*/schedstat; reported on its own as
+//     cpu_wait), against its real budget (at
 //     1.25 times the budget with the learnt limit, so that it reads 0.8
 //     only once every CPU is busy: the limit already keeps admitted work
 //     from queueing for the CPU): the
 //     cgroup v2 quota (cpu.max, the tightest of its cgroup and the parents)
 //     where there is one, else GOMAXPROCS, never more than the host's CPUs
 //     (DetectBudget). A process with 2 CPUs of quota on a 64-core host reads
-//     right.
+//     right. The wait counts because a process that a neighbour keeps
+//     from half of its CPU uses only half and waits for the rest: it is as
+//     saturated as one alone on a busy CPU, and its CPU time alone reads
+//     it half idle. Go's scheduler latency cannot see it: a goroutine on a
+//     thread the kernel set aside counts as running.
 //   - sched_latency: the p99 of the Go scheduler latency recorded since the
 //     last sample (runtime/metrics /sched/latencies:seconds), against
 //     Config.SchedLatencyTarget: how long runnable goroutines wait for a

@@ -171,7 +171,9 @@ func New(cfg Config) (*Layer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.CPU: reading this process's CPU time: %w", err)
 		}
-		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read, reportOnly: l.lim != nil})
+		l.signals = append(l.signals, signal{name: SignalCPU, read: s.Read, reportOnly: l.lim != nil},
+			// Read after cpu, whose reading it is part of.
+			signal{name: SignalCPUWait, read: s.Waited, reportOnly: true})
 	}
 	if c.SchedLatencyTarget > 0 {
 		s := newSchedSignal(c.SchedLatencyTarget)

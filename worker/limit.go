@@ -393,6 +393,11 @@ func (l *limiter) queueBounds() (length int64, wait time.Duration) {
 const (
 	minQueue     = 16
 	minQueueWait = 20 * time.Millisecond
+	// criticalStanding is how long the protected queue must stand before
+	// its waits are bounded as the others' are: protected requests served
+	// first empty it within moments unless their demand alone is over
+	// capacity. Facebook's controlled delay uses the same 100ms.
+	criticalStanding = 100 * time.Millisecond
 )
 
 // Caps of the learnt limit's own queue (when Config.Enforcement.Action is
@@ -453,19 +458,34 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	take := func() bool {
 		return !sheds(uint32(l.state.Load()), p) && l.take(cost, p)
 	}
+	now := l.clock.Now()
 	if p.Index() >= l.protect {
 		// A protected request is never shed for the queue's bounds, only
 		// for its own deadline or the queue's cap, and waits first in,
 		// first out in a queue of its own, served first.
 		q, wait = l.critical, limitQueueMaxWait
 		take = func() bool { return l.takeWithin(cost, l.lim.Limit()) }
+		if l.critical.Standing(now) > criticalStanding {
+			// Unless protected demand alone is over capacity: the queue
+			// has not emptied for a while. A second's wait then serves
+			// only requests whose clients are about to give up (at 10x
+			// on a CPU a neighbour took half of, goodput fell to
+			// nothing); the learnt bound serves what can still be used
+			// and refuses the rest in time for a retry elsewhere.
+			// Not shorter than a tenth of a second, though: a waiting
+			// protected request is work in hand, and a queue that has
+			// some keeps the service busy through the lulls of its
+			// arrivals (at twenty mean latencies, goodput fell to 91%).
+			_, wait = l.lim.queueBounds()
+			wait = max(wait, criticalStanding)
+		}
 	} else {
 		length, wait = l.lim.queueBounds()
 		if int64(q.Len()) >= length && !q.Evict(p) {
 			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
 		}
 	}
-	deadline := l.clock.Now().Add(wait)
+	deadline := now.Add(wait)
 	if !req.Deadline.IsZero() && req.Deadline.Before(deadline) {
 		deadline = req.Deadline
 	}

@@ -132,3 +132,61 @@ func TestLearntLimitHeadroom(t *testing.T) {
 		held[i].Release(shed.Completed)
 	}
 }
+
+// While protected demand alone is over the learnt limit, the protected
+// queue does not empty. Once it has stood for criticalStanding, newcomers
+// wait no longer than the other priorities' bound (at least
+// criticalStanding), not a second: a second's wait serves only requests
+// whose clients are about to give up. Those that came before it stood keep
+// their second.
+func TestLearntLimitBoundsProtectedWaitsOnceTheirQueueStands(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
+	l.lim.mean.Store(int64(4 * time.Millisecond)) // the others' bound: 20ms
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		name string
+		err  error
+	}
+	got := make(chan result, 3)
+	queue := func(name string, n int) {
+		go func() {
+			ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
+			if err == nil {
+				ls.Release(shed.Completed)
+			}
+			got <- result{name, err}
+		}()
+		waitUntil(t, name+" to queue", func() bool { return l.critical.Len() == n })
+	}
+	queue("the first", 1)
+	clock.Advance(50 * time.Millisecond)
+	queue("one before the queue stood 100ms", 2)
+	clock.Advance(70 * time.Millisecond)
+	queue("one after", 3)
+	clock.Advance(criticalStanding + time.Millisecond)
+	select {
+	case r := <-got:
+		if r.name != "one after" {
+			t.Fatalf("%s left the queue first (%v); want the one that came once the queue stood", r.name, r.err)
+		}
+		if rej := shedtest.Rejection(t, r.err); rej.Reason != "queue wait timed out" {
+			t.Fatalf("the one that came once the queue stood: %q, want a timed-out wait", rej.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a critical request that joined a queue standing for 120ms still waits after %v", criticalStanding+time.Millisecond)
+	}
+	if n := l.critical.Len(); n != 2 {
+		t.Fatalf("%d critical requests waiting, want the 2 that came before the queue stood", n)
+	}
+	held.Release(shed.Completed)
+	for i := 0; i < 2; i++ {
+		if r := <-got; r.err != nil {
+			t.Fatalf("%s: %v, want served in turn", r.name, r.err)
+		}
+	}
+}

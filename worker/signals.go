@@ -11,20 +11,31 @@ import (
 
 // Names of the built-in signals, as their utilization gauges are labelled.
 const (
-	SignalCPU          = "cpu"
+	SignalCPU = "cpu"
+	// SignalCPUWait is the part of the cpu signal that is CPU the process
+	// waited for and did not get (Linux only), reported on its own.
+	SignalCPUWait      = "cpu_wait"
 	SignalSchedLatency = "sched_latency"
 	SignalQueueDelay   = "queue_delay"
 	SignalInFlight     = "in_flight"
 )
 
-// cpuSignal reads this process's CPU time (gopsutil: user + system) and
-// turns its growth over wall time into a share of the budget.
+// cpuSignal reads the CPU this process wants as a share of the budget:
+// the CPU time it used (gopsutil: user + system) and, on Linux, the time
+// its threads waited in the kernel's run queue for a CPU given to another
+// process (runWaitReader). With a neighbour taking half of a one-CPU
+// budget, a CPU-bound server uses half a CPU and waits for the other half:
+// it is as saturated as alone on the CPU, and its CPU time alone reads it
+// half idle.
 type cpuSignal struct {
 	proc     *process.Process
 	capacity float64 // budget × Full, in CPUs
 	lastCPU  float64 // seconds
 	lastWall time.Time
 	now      func() time.Time
+	wait     *runWaitReader
+	// used and waited are the last Read's parts, as shares of capacity.
+	used, waited float64
 }
 
 func newCPUSignal(budget, full float64) (*cpuSignal, error) {
@@ -32,7 +43,7 @@ func newCPUSignal(budget, full float64) (*cpuSignal, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &cpuSignal{proc: p, capacity: budget * full, now: time.Now}
+	s := &cpuSignal{proc: p, capacity: budget * full, now: time.Now, wait: newRunWaitReader()}
 	s.lastCPU, _ = s.cpuSeconds()
 	s.lastWall = s.now()
 	return s, nil
@@ -46,12 +57,14 @@ func (s *cpuSignal) cpuSeconds() (float64, error) {
 	return t.User + t.System, nil
 }
 
-// Read returns the CPU used since the last Read as a share of the capacity.
-// A failed read counts as no pressure: shedding on a broken gauge would take
-// the service down for no reason.
+// Read returns the CPU used and waited for since the last Read as a share
+// of the capacity. A failed read counts as no pressure: shedding on a
+// broken gauge would take the service down for no reason.
 func (s *cpuSignal) Read() float64 {
 	c, err := s.cpuSeconds()
+	waited, _ := s.wait.read()
 	w := s.now()
+	s.used, s.waited = 0, 0
 	if err != nil {
 		return 0
 	}
@@ -61,8 +74,13 @@ func (s *cpuSignal) Read() float64 {
 	if dt <= 0 || dc < 0 || s.capacity <= 0 {
 		return 0
 	}
-	return dc / dt / s.capacity
+	s.used, s.waited = dc/dt/s.capacity, waited.Seconds()/dt/s.capacity
+	return s.used + s.waited
 }
+
+// Waited returns the last Read's CPU waited for, as a share of the
+// capacity: the cpu_wait gauge.
+func (s *cpuSignal) Waited() float64 { return s.waited }
 
 // schedSignal reads the Go scheduler's latency histogram and returns the
 // p99 of the latencies recorded over the last schedWindow reads, against a

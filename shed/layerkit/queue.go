@@ -258,6 +258,23 @@ func (q *WaitQueue) Notify() {
 	q.mu.Unlock()
 }
 
+// Standing returns how long, as of now, the queue has held waiters without
+// emptying; 0 when it is empty. A queue that stands is what CoDel calls a
+// standing queue: its arrivals outrun its service, every waiter adds to
+// the wait of those behind, and a layer may bound the waits of those who
+// join it more tightly (Facebook's "controlled delay", in "Fail at Scale").
+func (q *WaitQueue) Standing(now time.Time) time.Duration {
+	if q.n.Load() == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n.Load() == 0 {
+		return 0
+	}
+	return max(now.Sub(q.busySince), 0)
+}
+
 // Len returns how many requests are waiting.
 func (q *WaitQueue) Len() int { return int(q.n.Load()) }
 

@@ -789,3 +789,43 @@ func TestWaitQueueLowestAndEvict(t *testing.T) {
 		}
 	}
 }
+
+// Standing is how long the queue has held waiters without emptying: 0
+// when empty, from the moment the first joined an empty queue, and back to
+// 0 once it empties, whatever joined and left in between.
+func TestWaitQueueStanding(t *testing.T) {
+	clock := shedtest.NewClock(time.Unix(0, 0))
+	q, err := layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: 4, MaxWait: time.Second, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Standing(clock.Now()); s != 0 {
+		t.Fatalf("empty queue standing %v", s)
+	}
+	var free atomic.Bool
+	take := func() bool { return free.CompareAndSwap(true, false) }
+	done := make(chan error, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			_, err := q.Wait(context.Background(), shed.Default, time.Time{}, take, nil)
+			done <- err
+		}()
+		for q.Len() != i {
+			time.Sleep(time.Millisecond)
+		}
+		clock.Advance(30 * time.Millisecond)
+	}
+	if s := q.Standing(clock.Now()); s != 60*time.Millisecond {
+		t.Fatalf("queue non-empty for 60ms with two joining: standing %v", s)
+	}
+	for i := 0; i < 2; i++ {
+		free.Store(true)
+		q.Notify()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := q.Standing(clock.Now()); s != 0 {
+		t.Fatalf("emptied queue standing %v", s)
+	}
+}
