@@ -99,8 +99,11 @@
 // The simulation in limit_sim_test.go (a processor-shared CPU and a pool
 // of 8 connections, Poisson arrivals, three streams each) checks that the
 // limit settles near the knee at 2x, 5x and 10x load with goodput of 95%
-// of capacity or more, sheds nothing at half load, and is back within 2s
-// when the service slows to a third and when it recovers.
+// of capacity or more, sheds nothing at half load, is back within 2s
+// when the service slows to a third and when it recovers, and, with a
+// neighbour taking half the CPU under 10x load, keeps serving 90% of the
+// reduced capacity or more in time for its clients (with critical waits
+// of a second, it served 22%).
 //
 // Requests over the limit wait in shed.WaitQueues, highest priority first.
 // Critical requests have a queue of their own, first in first out and
@@ -122,7 +125,9 @@
 // what is served low). That queue's bounds come from what the limit
 // learnt, not from settings: a limit's worth of waiters (at least 16, so
 // that the bursts of a moderate load queue rather than shed), each for at
-// most five mean latencies (at least 20ms) or its own deadline. Over the
+// most five mean latencies (at least 20ms, at most half a second, so that
+// a slow service still answers a request that waited within a second) or
+// its own deadline. Over the
 // length bound a newcomer evicts the newest waiter of the lowest priority
 // below its own, or is refused if there is none. In the simulation, with
 // the floor (a perfect strict-priority scheduler with no overhead, the

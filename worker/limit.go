@@ -372,8 +372,8 @@ func (l *limiter) Limit() int64 { return l.limit.Load() }
 
 // queueBounds are the queue's bounds derived from what the limiter
 // learnt: at most one limit's worth of requests waiting (a round of
-// service), each for at most five mean latencies; never fewer than
-// minQueue waiting nor less than minQueueWait, so that the bursts of a
+// service), each for at most five mean latencies (and maxQueueWait);
+// never fewer than minQueue waiting nor less than minQueueWait, so that the bursts of a
 // moderate load queue rather than shed (at half load a Poisson stream
 // seldom runs a dozen ahead of a server); a second before any latency is
 // known. The wait's floor is a few of a short handler's latencies: at
@@ -385,7 +385,7 @@ func (l *limiter) queueBounds() (length int64, wait time.Duration) {
 	length = max(l.limit.Load(), minQueue)
 	wait = time.Second
 	if m := l.mean.Load(); m > 0 {
-		wait = max(5*time.Duration(m), minQueueWait)
+		wait = min(max(5*time.Duration(m), minQueueWait), maxQueueWait)
 	}
 	return length, wait
 }
@@ -393,6 +393,11 @@ func (l *limiter) queueBounds() (length int64, wait time.Duration) {
 const (
 	minQueue     = 16
 	minQueueWait = 20 * time.Millisecond
+	// maxQueueWait leaves a slow service (a downstream at 180ms a call)
+	// the time to serve a request that waited, within the second clients
+	// commonly wait: five of its latencies were 900ms, and what it served
+	// after them was answered after its client had given up.
+	maxQueueWait = 500 * time.Millisecond
 	// criticalStanding is how long the protected queue must stand before
 	// its waits are bounded as the others' are: protected requests served
 	// first empty it within moments unless their demand alone is over
