@@ -202,6 +202,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	pin := pinCPUs()
+	// One rate for the work of every server of the run (api.BurnRateEnv):
+	// the capacity is measured on one and judged on the others.
+	if os.Getenv(api.BurnRateEnv) == "" {
+		os.Setenv(api.BurnRateEnv, strconv.FormatFloat(api.MeasureBurnRate(), 'g', -1, 64))
+	}
 	if pin.note != "" {
 		fmt.Fprintln(stdout, "note:", pin.note)
 	} else {

@@ -1,9 +1,22 @@
 package api
 
 import (
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
+
+// BurnRateEnv, when set in the environment to a positive number, is the
+// loop iterations per microsecond every request's work is counted in,
+// instead of a rate this process measures at start. The overload
+// demonstration measures it once and gives it to every server it starts:
+// servers that each measured their own were given different work per
+// request (a rate measured while the CPU was taken away is low, and the
+// work counted in it short), and a capacity measured on one server did
+// not hold for the next (542/s against the 480/s of the server then
+// flooded, on the same CPU).
+const BurnRateEnv = "LOADSHED_API_BURN_RATE"
 
 // A burner spends a given amount of CPU time. It counts loop iterations
 // rather than watching the clock: a request that loses the CPU to others
@@ -24,10 +37,19 @@ func spin(n int64) uint64 {
 	return x
 }
 
-// newBurner measures how fast this CPU runs the loop: the fastest of
-// several short trials, since a trial can only be slowed by others, never
-// sped up.
+// newBurner counts work in the rate BurnRateEnv gives, or else in one it
+// measures (MeasureBurnRate): the fastest of several short trials, since
+// a trial can only be slowed by others, never sped up.
 func newBurner() burner {
+	if r, err := strconv.ParseFloat(os.Getenv(BurnRateEnv), 64); err == nil && r > 0 {
+		return burner{perMicro: r}
+	}
+	return burner{perMicro: MeasureBurnRate()}
+}
+
+// MeasureBurnRate returns how many iterations of the work loop this CPU
+// runs a microsecond (see BurnRateEnv).
+func MeasureBurnRate() float64 {
 	const n = 200_000
 	best := time.Duration(1<<63 - 1)
 	// Trials spread over about 50ms: a virtual machine's CPU can be taken
@@ -41,7 +63,7 @@ func newBurner() burner {
 		}
 		time.Sleep(3 * time.Millisecond)
 	}
-	return burner{perMicro: float64(n) * float64(time.Microsecond) / float64(best)}
+	return float64(n) * float64(time.Microsecond) / float64(best)
 }
 
 // burn spends about d of CPU time.
