@@ -40,7 +40,7 @@ func main() {
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
 	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
-	conc := flag.Int("c", 32, "concurrent requests in flight in the load run")
+	conc := flag.Int("c", 64, "concurrent requests in flight in the load run")
 	clients := flag.Int("clients", 1000, "distinct client values in the load run (100 a second each)")
 	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, unpipelined, batched, memory: their CPU per decision (optional, Linux)")
 	flag.Parse()
