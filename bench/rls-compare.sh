@@ -8,8 +8,8 @@
 # exact mode and in batched mode, and loadshed serve in memory: the gRPC
 # path's own cost on this machine, the bound of any Redis-backed row. docs/benchmarks.md explains the results.
 #
-#   bench/rls-compare.sh              # 10 s of load per service, 32 in flight
-#   LOAD=30s CONC=64 bench/rls-compare.sh
+#   bench/rls-compare.sh              # 10 s of load per service, 64 in flight
+#   LOAD=30s CONC=128 bench/rls-compare.sh
 #
 # envoyproxy/ratelimit is built from the Go module proxy into a cache folder
 # (its module never enters a go.mod of ours); ENVOY_RATELIMIT_VERSION picks
@@ -19,17 +19,34 @@ cd "$(dirname "$0")/.."
 
 ENVOY_RATELIMIT_VERSION=${ENVOY_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 LOAD=${LOAD:-10s}
-CONC=${CONC:-32}
+# 64 in flight: at 32, the closed loop left the server's CPU idle a fifth
+# of the time in the memory row, so that row measured the loop, not the
+# service.
+CONC=${CONC:-64}
 # loadshed's stores decide from their local share when a round trip takes
 # longer than this (50ms by default); on a loaded machine that would turn
 # exact rows into local ones, so the comparison waits as envoyproxy/ratelimit
 # does. The script counts the fallbacks at the end: a fair run has none.
 REDIS_TIMEOUT=${REDIS_TIMEOUT:-1s}
+# Pinning: the service under test and redis-server share SERVER_CPU, the
+# load generator has LOAD_CPU to itself, each Go process with GOMAXPROCS=1,
+# so that no process steals another's CPU and a row's bound is plain: one
+# CPU divided by the service's and Redis's CPU per decision. PIN=0 turns
+# it off (and it is off on a machine of one CPU).
+PIN=${PIN:-1}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+ON_SERVER=() ON_LOAD=()
+if [ "$PIN" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+  ON_SERVER=(taskset -c "$SERVER_CPU" env GOMAXPROCS=1)
+  ON_LOAD=(taskset -c "$LOAD_CPU" env GOMAXPROCS=1)
+fi
 BIN=${XDG_CACHE_HOME:-$HOME/.cache}/loadshed-bench/bin
 mkdir -p "$BIN"
 
 . scripts/redis.sh
 redis_start rls-compare.sh
+if [ ${#ON_SERVER[@]} -gt 0 ]; then taskset -a -cp "$SERVER_CPU" "$(cat "$REDIS_PIDFILE")" >/dev/null; fi
 
 if [ ! -x "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" ]; then
   echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
@@ -78,7 +95,7 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
   HOST=127.0.0.1 PORT="$E_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$E_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$E_DEBUG" \
-  "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
+  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
 E_PID=$!; PIDS+=($!)
 
 # start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
@@ -87,7 +104,7 @@ start_loadshed() {
   local x=$1 name=$2 grpc http
   shift 2
   grpc=$(free_port); http=$(free_port)
-  "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
+  "${ON_SERVER[@]}" "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
     -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
   printf -v "${x}_PID" %s $!
@@ -112,7 +129,7 @@ echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
 echo
-"$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
+"${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
   -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
 # Decisions taken from the local share because Redis did not answer within

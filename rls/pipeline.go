@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,11 @@ func (p *pipeliner) flush() {
 			return
 		}
 		batch = append(batch[:0], first)
+		// Let the decisions already runnable queue theirs first: woken by
+		// the first send, a flusher runs before them and would take a
+		// batch of one (1.5 scripts a read on one CPU, measured; about 5
+		// with the yield, and 18 % more decisions a second).
+		runtime.Gosched()
 	drain:
 		for len(batch) < maxPipelined {
 			select {

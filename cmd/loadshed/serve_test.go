@@ -280,3 +280,38 @@ func TestServeInvalidUTF8OnTheWire(t *testing.T) {
 		t.Fatalf("after invalid UTF-8: %v %v", r, err)
 	}
 }
+
+// TestServeGRPCWorkers: with fewer kept workers than calls in flight, and
+// with none, every call is answered (a call finding no idle worker gets a
+// goroutine of its own).
+func TestServeGRPCWorkers(t *testing.T) {
+	for _, workers := range []string{"0", "2"} {
+		t.Run(workers, func(t *testing.T) {
+			g, _, _ := startServe(t, "-config", "../../examples/loadshed.yaml", "-grpc-workers", workers)
+			client := pb.NewRateLimitServiceClient(dial(t, g))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			errs := make(chan error, 32)
+			for i := range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "route", Value: "POST /v1/charges"}, {Key: "key", Value: "k" + string(rune('a'+i))}}}}}
+					r, err := client.ShouldRateLimit(ctx, req)
+					if err == nil && r.OverallCode != pb.RateLimitResponse_OK {
+						err = status.Errorf(codes.Internal, "key %d: %v", i, r.OverallCode)
+					}
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}

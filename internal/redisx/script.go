@@ -60,14 +60,14 @@ func (s *Script) RunAll(ctx context.Context, c redis.UniversalClient, calls []Ca
 			cmds[i] = s.s.EvalSha(ctx, pipe, call.Keys, call.Args...)
 		}
 		_, _ = pipe.Exec(ctx)
-		noScript := false
+		lacked := false
 		for _, cmd := range cmds {
-			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-				noScript = true
+			if noScript(cmd) {
+				lacked = true
 				break
 			}
 		}
-		if !noScript || attempt == 1 || s.s.Load(ctx, c).Err() != nil {
+		if !lacked || attempt == 1 || s.s.Load(ctx, c).Err() != nil {
 			return cmds
 		}
 	}
@@ -92,7 +92,7 @@ func (onceCmd) NoRetry() bool { return true }
 func (s *Script) RunOnce(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	cmd := s.cmd(ctx, "evalsha", s.s.Hash(), keys, args)
 	_ = c.Process(ctx, onceCmd{cmd})
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if noScript(cmd) {
 		cmd = s.cmd(ctx, "eval", s.src, keys, args)
 		_ = c.Process(ctx, onceCmd{cmd})
 	}
@@ -107,4 +107,12 @@ func (s *Script) cmd(ctx context.Context, name, body string, keys []string, args
 	}
 	a = append(a, args...)
 	return redis.NewCmd(ctx, a...)
+}
+
+// noScript reports whether the server lacked the script. The nil check
+// first: redis.HasErrorPrefix allocates (errors.As into a variable of its
+// own) even for no error, on every decision.
+func noScript(cmd *redis.Cmd) bool {
+	err := cmd.Err()
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }

@@ -40,7 +40,7 @@ func main() {
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
 	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
-	conc := flag.Int("c", 32, "concurrent requests in flight in the load run")
+	conc := flag.Int("c", 64, "concurrent requests in flight in the load run")
 	clients := flag.Int("clients", 1000, "distinct client values in the load run (100 a second each)")
 	pids := flag.String("pids", "", "the services' process ids, comma-separated in the order envoy, loadshed, unpipelined, batched, memory: their CPU per decision (optional, Linux)")
 	flag.Parse()
@@ -73,8 +73,8 @@ func main() {
 		defer rc.Close()
 	}
 	fmt.Printf("\n## Load: %d in flight, %v each, %d clients at 100/s each\n\n", *conc, *dur, *clients)
-	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | service CPU µs/decision | Redis CPU µs/decision |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| service | decisions/s | p50 | p99 | p99.9 | over-limit share | service CPU µs/decision | Redis CPU µs/decision | service + Redis CPU busy | load generator CPU busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	type target struct {
 		name string
 		c    pb.RateLimitServiceClient
@@ -318,7 +318,7 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run s
 	for i := range 200 {
 		c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{desc("client", run+"w"+strconv.Itoa(i%clients))}})
 	}
-	cpu0, pcpu0 := redisCPU(rc), processCPU(pid)
+	cpu0, pcpu0, lcpu0 := redisCPU(rc), processCPU(pid), processCPU("self")
 	var total, over atomic.Int64
 	lat := make([][]time.Duration, conc)
 	var wg sync.WaitGroup
@@ -346,7 +346,7 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run s
 		}()
 	}
 	wg.Wait()
-	cpu, pcpu := redisCPU(rc)-cpu0, processCPU(pid)-pcpu0
+	cpu, pcpu, lcpu := redisCPU(rc)-cpu0, processCPU(pid)-pcpu0, processCPU("self")-lcpu0
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -366,5 +366,12 @@ func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run s
 	if pid != "" && n > 0 {
 		service = fmt.Sprintf("%.1f", pcpu/float64(n)*1e6)
 	}
-	fmt.Printf("| %s | %.0f | %v | %v | %v | %.1f%% | %s | %s |\n", name, float64(n)/dur.Seconds(), q(0.5), q(0.99), q(0.999), 100*float64(over.Load())/float64(max(n, 1)), service, perDecision)
+	// The CPU the service and redis-server used, and the load generator's,
+	// as shares of one CPU over the run: a row whose first is near 100 %
+	// and second below it is bound by the server's CPU, not by the load.
+	busy := "-"
+	if pid != "" {
+		busy = fmt.Sprintf("%.0f %%", 100*(pcpu+cpu)/dur.Seconds())
+	}
+	fmt.Printf("| %s | %.0f | %v | %v | %v | %.1f%% | %s | %s | %s | %.0f %% |\n", name, float64(n)/dur.Seconds(), q(0.5), q(0.99), q(0.999), 100*float64(over.Load())/float64(max(n, 1)), service, perDecision, busy, 100*lcpu/dur.Seconds())
 }
