@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,14 +48,14 @@ func UseCluster(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("redistest: cluster lock: %v", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := lockFile(f); err != nil {
 		f.Close()
 		t.Fatalf("redistest: cluster lock: %v", err)
 	}
 	c := &Cluster{t: t, Addrs: strings.Split(addrs, ","), dir: dir, lock: f}
 	t.Cleanup(func() {
 		c.Restore()
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = unlockFile(f)
 		f.Close()
 	})
 	c.Restore()
@@ -206,8 +205,8 @@ func (c *Cluster) Kill(addr string) {
 	if pid <= 0 {
 		c.t.Fatalf("redistest: bad pid file of %s", addr)
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(5 * time.Millisecond) {
+	killProcess(pid)
+	for deadline := time.Now().Add(5 * time.Second); processAlive(pid); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("redistest: %s (pid %d) survives SIGKILL", addr, pid)
 		}
