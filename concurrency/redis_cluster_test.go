@@ -231,14 +231,23 @@ func TestClusterReleasesAfterFailover(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The removals owed are retried every ProbeInterval (250ms) until
+	// Redis confirms them, and the first may meet the old slot map: allow
+	// a few retries, far below the renewer's tick the old code waited for.
 	left := c.ZCard(ctx, r.OverallKey()).Val()
-	t.Logf("first admission through Redis %v after cluster_state:ok; %d refused with nothing in flight; %d leases left", back.Round(time.Millisecond), refused, left)
+	for left != 0 && time.Since(ok) < time.Second {
+		time.Sleep(10 * time.Millisecond)
+		left = c.ZCard(ctx, r.OverallKey()).Val()
+	}
+	t.Logf("first admission through Redis %v after cluster_state:ok; %d refused with nothing in flight; %d leases left %v after it",
+		back.Round(time.Millisecond), refused, left, time.Since(ok).Round(time.Millisecond))
 	if back < 0 || back > time.Second {
 		t.Fatalf("no admission through Redis within 1s of cluster_state:ok (%d refused, %d through Redis, %d pending)", refused, onRedis, r.Pending())
 	}
 	// The old code refused every acquire until the renewer's tick (TTL/3,
 	// 10s). A refusal or two while the slot map and the removals race on a
-	// loaded machine is not that bug; the released leases holding the limit is.
+	// loaded machine is not that bug; the released leases holding the limit
+	// (left a second after cluster_state:ok) is.
 	if refused > 2 || left != 0 {
 		t.Errorf("%d acquires refused with nothing in flight, %d leases left in Redis", refused, left)
 	}
