@@ -261,6 +261,31 @@ func isTestMode(r *http.Request) bool {
 type Stats struct {
 	inFlight atomic.Int64
 	counts   [shed.NumPriorities][numAnswers]atomic.Int64
+	// served is, per priority, how long the requests answered 2xx spent
+	// inside the server's handler chain (protection, queueing and work),
+	// from the first middleware's entry to its return. Set beside the
+	// latency a client sees, it tells the time loadshed can act on from
+	// the time spent before any middleware runs (the network, the Go
+	// runtime, net/http reading the request) or after it returns.
+	served [shed.NumPriorities]servedTimes
+}
+
+// servedBuckets are the served-time histogram's upper bounds, in seconds.
+var servedBuckets = [...]float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1}
+
+// servedTimes is one priority's served-time histogram.
+type servedTimes struct {
+	counts [len(servedBuckets) + 1]atomic.Int64 // per bucket, not cumulative; the last is +Inf
+	sum    atomic.Int64                         // ns
+}
+
+func (h *servedTimes) observe(d time.Duration) {
+	i := 0
+	for i < len(servedBuckets) && d.Seconds() > servedBuckets[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
 }
 
 // Answer is a class of response the counters tell apart.
@@ -327,12 +352,17 @@ func (st *Stats) count(next http.Handler) http.Handler {
 		p := priorityOf(r)
 		st.inFlight.Add(1)
 		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
 		defer func() {
 			st.inFlight.Add(-1)
 			if sw.status == 0 {
 				sw.status = http.StatusOK
 			}
-			st.counts[p.Index()][answerOf(sw.status)].Add(1)
+			a := answerOf(sw.status)
+			st.counts[p.Index()][a].Add(1)
+			if a == OK {
+				st.served[p.Index()].observe(time.Since(start))
+			}
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -348,6 +378,22 @@ func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
 		for a := Answer(0); a < numAnswers; a++ {
 			fmt.Fprintf(&b, "loadshed_example_requests_total{priority=%q,answer=%q} %d\n", p, a, s.stats.Count(p, a))
 		}
+	}
+	b.WriteString("# HELP loadshed_example_served_seconds Time the requests answered 2xx spent inside the handler chain, from the first middleware's entry to its return.\n")
+	b.WriteString("# TYPE loadshed_example_served_seconds histogram\n")
+	for _, p := range shed.Priorities() {
+		h := &s.stats.served[p.Index()]
+		var n int64
+		for i := range h.counts {
+			n += h.counts[i].Load()
+			le := "+Inf"
+			if i < len(servedBuckets) {
+				le = strconv.FormatFloat(servedBuckets[i], 'g', -1, 64)
+			}
+			fmt.Fprintf(&b, "loadshed_example_served_seconds_bucket{priority=%q,le=%q} %d\n", p, le, n)
+		}
+		fmt.Fprintf(&b, "loadshed_example_served_seconds_sum{priority=%q} %s\n", p, strconv.FormatFloat(time.Duration(h.sum.Load()).Seconds(), 'g', -1, 64))
+		fmt.Fprintf(&b, "loadshed_example_served_seconds_count{priority=%q} %d\n", p, n)
 	}
 	b.WriteString("# TYPE loadshed_example_in_flight gauge\n")
 	fmt.Fprintf(&b, "loadshed_example_in_flight %d\n", s.stats.InFlight())

@@ -231,3 +231,29 @@ func TestDownstreamHoldsAConnectionPerRequest(t *testing.T) {
 		t.Errorf("slowdown without a downstream: %d, want 404", status)
 	}
 }
+
+// /metrics has, per priority, a histogram of the time requests answered
+// 2xx spent inside the handler chain: one served critical request with no
+// work lands in the first buckets, and counts once; refused requests do
+// not count.
+func TestMetricsServedTimes(t *testing.T) {
+	_, srv := serve(t, Config{Protection: BlindLimit, GlobalRate: 1})
+	if status, _ := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusCreated {
+		t.Fatalf("POST /v1/charges: %d", status)
+	}
+	if status, _ := do(t, srv, http.MethodPost, "/v1/charges?work=0s"); status != http.StatusTooManyRequests {
+		t.Fatalf("second POST /v1/charges over the global rate: %d, want 429", status)
+	}
+	_, body := do(t, srv, http.MethodGet, "/metrics")
+	for _, want := range []string{
+		"# TYPE loadshed_example_served_seconds histogram",
+		`loadshed_example_served_seconds_bucket{priority="critical",le="1"} 1`,
+		`loadshed_example_served_seconds_bucket{priority="critical",le="+Inf"} 1`,
+		`loadshed_example_served_seconds_count{priority="critical"} 1`,
+		`loadshed_example_served_seconds_count{priority="default"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %q:\n%s", want, body)
+		}
+	}
+}
