@@ -373,10 +373,10 @@ func (l *limiter) Limit() int64 { return l.limit.Load() }
 // queueBounds are the queue's bounds derived from what the limiter
 // learnt: at most one limit's worth of requests waiting (a round of
 // service), each for at most five mean latencies (and maxQueueWait);
-// never fewer than minQueue waiting nor less than minQueueWait, so that the bursts of a
-// moderate load queue rather than shed (at half load a Poisson stream
-// seldom runs a dozen ahead of a server); a second before any latency is
-// known. The wait's floor is a few of a short handler's latencies: at
+// never fewer than minQueue waiting nor less than minQueueWait, so that
+// the bursts of a moderate load queue rather than shed (at half load a
+// Poisson stream seldom runs a dozen ahead of a server); a second before
+// any latency is known. The wait's floor is a few of a short handler's latencies: at
 // 100ms, on the demonstration's one-CPU server (2ms handlers) at 5x, the
 // p99 of what was served was 10x the floor's (non-critical requests
 // served just before their wait ran out), at 20ms 4x, with goodput as
@@ -388,6 +388,25 @@ func (l *limiter) queueBounds() (length int64, wait time.Duration) {
 		wait = min(max(5*time.Duration(m), minQueueWait), maxQueueWait)
 	}
 	return length, wait
+}
+
+// protectedWait is how long a protected request may wait over the limit,
+// given how long their queue has stood without emptying (0: it is empty):
+// the queue's cap, a second, unless protected demand alone is over
+// capacity, which the queue standing for criticalStanding says. A second's
+// wait then serves only requests whose clients are about to give up (at
+// 10x on a CPU a neighbour took half of, goodput fell to nothing); the
+// learnt bound serves what can still be used and refuses the rest in time
+// for a retry elsewhere. Not shorter than a tenth of a second, though: a
+// waiting protected request is work in hand, and a queue that has some
+// keeps the service busy through the lulls of its arrivals (at twenty
+// mean latencies, goodput fell to 91%).
+func (l *limiter) protectedWait(standing time.Duration) time.Duration {
+	if standing <= criticalStanding {
+		return limitQueueMaxWait
+	}
+	_, wait := l.queueBounds()
+	return max(wait, criticalStanding)
 }
 
 const (
@@ -468,22 +487,8 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		// A protected request is never shed for the queue's bounds, only
 		// for its own deadline or the queue's cap, and waits first in,
 		// first out in a queue of its own, served first.
-		q, wait = l.critical, limitQueueMaxWait
+		q, wait = l.critical, l.lim.protectedWait(l.critical.Standing(now))
 		take = func() bool { return l.takeWithin(cost, l.lim.Limit()) }
-		if l.critical.Standing(now) > criticalStanding {
-			// Unless protected demand alone is over capacity: the queue
-			// has not emptied for a while. A second's wait then serves
-			// only requests whose clients are about to give up (at 10x
-			// on a CPU a neighbour took half of, goodput fell to
-			// nothing); the learnt bound serves what can still be used
-			// and refuses the rest in time for a retry elsewhere.
-			// Not shorter than a tenth of a second, though: a waiting
-			// protected request is work in hand, and a queue that has
-			// some keeps the service busy through the lulls of its
-			// arrivals (at twenty mean latencies, goodput fell to 91%).
-			_, wait = l.lim.queueBounds()
-			wait = max(wait, criticalStanding)
-		}
 	} else {
 		length, wait = l.lim.queueBounds()
 		if int64(q.Len()) >= length && !q.Evict(p) {

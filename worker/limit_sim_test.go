@@ -354,17 +354,15 @@ func simulate(t testing.TB, run simRun) *simResult {
 				stats(v).shed[v.prio]++
 			}
 			if r.prio >= shed.Critical.Index() {
-				// As Layer.overLimit: a second, unless the critical
-				// queue has stood for criticalStanding.
-				crit := len(queue[shed.Critical.Index()])
-				if crit > 0 && now-critSince > criticalStanding {
-					wait = max(wait, criticalStanding)
+				// As Layer.overLimit: by how long the critical queue
+				// has stood.
+				standing := time.Duration(0)
+				if len(queue[shed.Critical.Index()]) > 0 {
+					standing = now - critSince
 				} else {
-					wait = limitQueueMaxWait
-				}
-				if crit == 0 {
 					critSince = now
 				}
+				wait = lim.protectedWait(standing)
 			}
 			r.deadline = now + wait
 			if r.prio < shed.Critical.Index() && lower(&queue) == 0 {
