@@ -98,7 +98,7 @@ var Gauges = []Metric{
 	gauge(layerkit.GaugeUsage, "{request}", byLayerPriority, "Requests in flight across the fleet, by priority."),
 	gauge(layerkit.GaugeCeiling, "{request}", byLayerPriority, "The most requests a priority may have in flight across the fleet."),
 	gauge(layerkit.GaugeInstances, "{instance}", byLayer, "Live instances the layer counts in the fleet."),
-	gauge(layerkit.GaugeUtilization, "1", byLayerSignal, "Utilisation of the worker by signal (cpu, sched_latency, queue_delay); 1 is the signal's target."),
+	gauge(layerkit.GaugeUtilization, "1", byLayerSignal, "Utilisation of the worker by signal (cpu, cpu_wait, sched_latency, queue_delay, in_flight); 1 is the signal's target."),
 	gauge(layerkit.GaugeShedLevel, "", byLayer, "How much the worker layer sheds: 0 nothing, higher levels shed higher priorities."),
 	gauge(layerkit.GaugeShedFraction, "1", byLayerPriority, "Fraction of a priority's requests the worker layer sheds, 0 to 1."),
 	gauge(layerkit.GaugeHeadroom, "1", byLayer, "Spare capacity the worker layer sees, 0 to 1."),
