@@ -18,6 +18,10 @@
 // service it replaces, by bench/rls-compare.sh and cmd/rlscompare: the
 // same requests to both, answers compared one by one, then the same load.
 //
+// cmd/pollprobe measures no peer: how long a Go server whose one P is kept
+// busy takes to notice a request, the bound docs/overload.md cites for
+// the CPU-bound scenarios.
+//
 // The tests check that every adapter enforces the same limit the same way
 // (each admits exactly N of N+k requests); the benchmarks measure. Run them
 // all with scripts/bench.sh; docs/benchmarks.md holds the results.

@@ -301,7 +301,7 @@ type WorkerLimit struct {
 	// Initial is the limit before anything is learnt (default two per
 	// CPU, at least 4).
 	Initial int64 `yaml:"initial"`
-	// Min and Max bound the limit (default two per CPU, and 10000).
+	// Min and Max bound the limit (default one per CPU, and 10000).
 	Min int64 `yaml:"min"`
 	Max int64 `yaml:"max"`
 }

@@ -255,7 +255,7 @@ func (c Config) withDefaults() Config {
 	}
 	cpus := CPUWorkers()
 	if c.Limit.Min == 0 {
-		c.Limit.Min = 2 * cpus
+		c.Limit.Min = cpus
 	}
 	if c.Limit.Max == 0 {
 		c.Limit.Max = max(DefaultLimitMax, c.Limit.Min)

@@ -36,13 +36,15 @@
 // On the demonstration's one-CPU server whose handlers burn CPU (go run
 // ./examples/overload -scenario cpu -quick -setups
 // loadshed,loadshed-cpubound -steps 0.5,1,2,5,10), the default does as
-// well as CPUBound. Measured on 2026-11-25 at 04:41 UTC on a quiet machine
-// (load average 0.4), same run: at 0.5x neither shed anything; at 1x, 2x,
-// 5x and 10x the default served 94.8%, 98.7%, 95.7% and 100% of capacity
-// and every critical request, CPUBound 89.7%, 96.6%, 95.5% and 91.5%, and
-// 86.5% of critical at 10x; critical p99 3.8x, 3.4x and 4.9x the floor's
-// at 2x, 5x and 10x (CPUBound 3.1x, 3.1x, 3.8x), the p99 of all served at
-// 5x 4.2x (CPUBound 3.3x).
+// well as CPUBound. Measured on 2026-11-25 at 09:07 UTC on a quiet machine
+// (load average 1.0, the demonstration's own processes), same run: at 0.5x
+// the default refused nothing (CPUBound 2 of 397); at 1x, 2x, 5x and 10x
+// the default served 92.9%, 97.5%, 95.1% and 89.7% of capacity and every
+// critical request up to 5x (84.7% at 10x, where critical demand alone is
+// the capacity), CPUBound 90.9%, 94.1%, 95.7% and 92.9% (87.5%); critical
+// p99 3.56x, 2.66x and 1.10x the floor's at 2x, 5x and 10x (CPUBound
+// 1.48x, 3.13x, 3.50x), the p99 of all served at 5x 3.40x (CPUBound
+// 2.96x). The quick run's steps are short; docs/overload.md has full runs.
 //
 // # The learnt limit
 //
@@ -63,7 +65,7 @@
 // a tenth. It grows only while requests queue over it (a limit the traffic
 // did not reach says nothing). While the CPU reads saturated (7/8 of its
 // budget busy) or the scheduler latency is at its target, it shrinks
-// instead (0.85 a window, down to Min: two per CPU). While either reads
+// instead (0.85 a window, down to Min: one per CPU). While either reads
 // half of that, every admitted request yields once before it starts, as
 // with Config.Yield, so that the requests read meanwhile are decided
 // first; a request handed capacity by a release yields too, since the Go
@@ -73,6 +75,21 @@
 // one P checks only every 61st schedule (a scheduler latency p99 of
 // 100-150ms on the demonstration's one-CPU server, critical p99 11x the
 // floor's, against 3.5x with the yield).
+//
+// For the same reason, while the CPU reads busy, the capacity a release
+// frees is handed to the queue through the network poller rather than at
+// once: a Go process notices arriving requests only when a P runs out of
+// goroutines or when its monitor thread polls, every 10ms, so a P kept
+// busy by admitted work read the flood in batches every 10ms (a request
+// that costs nothing took 6.9ms to answer on a busy one-P server,
+// bench/cmd/pollprobe), and the capacity freed in between went to those
+// that waited before the critical ones came. The release writes a byte
+// to a pipe the poller watches; the goroutine that reads it runs once
+// the P has run the goroutines runnable before it, after the poll that
+// also returns the requests that arrived meanwhile, which are decided
+// first. With Min at one per CPU, critical p99 on the demonstration's
+// one-CPU server went from 3.2-4.0x the floor's at 2x and 5x to
+// 2.06-2.24x (docs/overload.md).
 //
 // Everything rests on the baseline, the no-queue latency, and the layer
 // keeps it current in three ways, since under sustained overload in flight

@@ -130,7 +130,7 @@ func ExampleDefaultConfig() {
 	cfg := worker.DefaultConfig()
 	cfg.Clock = clock
 	cfg.CPU.Disable, cfg.SchedLatencyTarget = true, -1 // this example's CPU is not the service's
-	cfg.Limit.Min = 1                                  // the default, two per CPU, would differ between machines
+	cfg.Limit.Min = 1                                  // the default, one per CPU, would differ between machines
 	layer, err := worker.New(cfg)
 	if err != nil {
 		panic(err)

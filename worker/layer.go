@@ -77,6 +77,10 @@ type Layer struct {
 	mu     sync.Mutex // guards timer and closed
 	timer  shed.Timer
 	closed bool
+
+	// handoffPending is set while a hand-off of released capacity to the
+	// queues is on its way (handoff.go).
+	handoffPending atomic.Bool
 }
 
 type signal struct {
@@ -636,7 +640,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	}
 	l.inflight.Add(-lease.Cost)
 	l.grants.Put(g)
-	defer l.notify()
+	defer l.handOff()
 	// Only work that ran to its end says how long work takes: a dropped
 	// caller's or an unused lease's time says nothing about the service.
 	if l.lim != nil && (o == shed.Completed || o == shed.Failed) {
@@ -645,6 +649,17 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 			now := l.now()
 			l.lim.observe(now, now.Sub(lease.Acquired))
 		}
+	}
+}
+
+// handOff grants the queues the capacity a release freed: through the
+// network poller when anybody waits and the CPU reads busy (see
+// handoff.go), else at once. With the CPU idle the poll is not late, and
+// the hand-off would only add a goroutine's wake-up to every queued
+// request's wait.
+func (l *Layer) handOff() {
+	if l.Queued() > 0 && !(l.busyCPU.Load() && handoff.post(l)) {
+		l.notify()
 	}
 }
 

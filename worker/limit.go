@@ -40,12 +40,15 @@ type LimitConfig struct {
 	// window (a tenth of a second) until latency says it met the knee, so
 	// starting low costs little; starting far above the knee costs probes.
 	Initial int64
-	// Min is the lowest the limit goes (default: two per CPU of the
-	// budget, CPUWorkers). A service that is CPU-bound needs one per CPU in
-	// flight to keep its CPUs busy, and in a Go server a second one, so
-	// that a CPU never waits, after a release, for the next admitted
-	// request's goroutine to be scheduled behind the goroutines reading
-	// the flood.
+	// Min is the lowest the limit goes (default: one per CPU of the
+	// budget, CPUWorkers), what a CPU-bound service needs in flight to
+	// keep its CPUs busy. A second one per CPU used to keep a CPU from
+	// idling after a release while the goroutines reading the flood ran
+	// before the next admitted request's; since capacity is handed over
+	// after those goroutines by design (handoff.go), the CPU is busy with
+	// them meanwhile, and a second request in flight only made every
+	// critical request wait behind two (on the demonstration's one-CPU
+	// server at 2x, critical p99 3.4x the floor's against 2.4x).
 	Min int64
 	// Max is the highest the limit goes (default DefaultLimitMax).
 	Max int64
@@ -226,7 +229,7 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// admitted past what it can run only queues for it, and in a Go
 		// server it queues in the runtime's run queue, ahead of the
 		// goroutines that read and answer the flood, where the latency of
-		// admitted work does not show it. Shrink, down to Min (two per
+		// admitted work does not show it. Shrink, down to Min (one per
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package worker
+
+// handoffPipe: outside Unix a pipe is not watched by the network poller
+// (reading one blocks a thread), so releases grant at once.
+func handoffPipe() (wait, wake func() error) { return nil, nil }
