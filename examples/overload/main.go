@@ -287,6 +287,10 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		rep.capacity = closed()
 		after := readCPUTimes(pin.serverCPU, pids...)
 		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
+		// On a pinned CPU-bound server the closed loop must keep the CPU
+		// busy, or the capacity reads low (a pool's capacity is known,
+		// below).
+		rep.calibration.saturating = pin.taskset != "" && sc.pool == 0
 		rep.capacityChanged = rep.capacity
 		if sc.change != nil {
 			stop, err := sc.change.start(ctx, env, bases)
@@ -328,6 +332,9 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			rep.capacityChanged = rep.capacity / sc.change.factor
 		}
 		rep.calibration = quiet{} // the capacity does not depend on it
+	}
+	if rep.calibration.saturating && rep.calibration.known {
+		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
 	}
 	fmt.Fprintf(stdout, "capacity %.0f requests/s%s; unloaded latency p50 %s, p99 %s\n", rep.capacity, measuredNote, ms(rep.unloadedP50), ms(rep.unloadedP99))
 	if ok, why := rep.calibration.trusted(); !ok {

@@ -136,10 +136,17 @@ func TestABusyMachineIsNotTrusted(t *testing.T) {
 		{known: true, foreign: 0.2},
 		{known: true, steal: 0.1},
 		{late: 0.05, lateP99: 30 * time.Millisecond},
+		{known: true, saturating: true, serverCPU: 0.85},
 	} {
 		if ok, why := q.trusted(); ok || why == "" {
 			t.Errorf("%+v: trusted", q)
 		}
+	}
+	if ok, why := (quiet{known: true, saturating: true, serverCPU: 0.99}).trusted(); !ok {
+		t.Errorf("a calibration that kept the server busy: not trusted (%s)", why)
+	}
+	if ok, why := (quiet{known: true, serverCPU: 0.5}).trusted(); !ok {
+		t.Errorf("a step at half load: not trusted (%s)", why)
 	}
 	// A failed target on an untrusted step is UNSURE, not FAIL.
 	r := &report{opts: options{setups: nil}, calibration: quiet{known: true, foreign: 0.3}}
