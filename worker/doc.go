@@ -87,9 +87,11 @@
 // to a pipe the poller watches; the goroutine that reads it runs once
 // the P has run the goroutines runnable before it, after the poll that
 // also returns the requests that arrived meanwhile, which are decided
-// first. With Min at one per CPU, critical p99 on the demonstration's
-// one-CPU server went from 3.2-4.0x the floor's at 2x and 5x to
-// 2.06-2.24x (docs/overload.md).
+// first; until it has, no waiter takes capacity (a waiter's timeout
+// would otherwise hand it out from its timer). With Min at one per CPU,
+// critical p99 on the demonstration's one-CPU server went from 3.2-4.0x
+// the floor's at 2x and 5x to 1.12-1.37x, the p99 of all admitted at 5x
+// from 3.7x to 1.24-1.26x (docs/overload.md).
 //
 // Everything rests on the baseline, the no-queue latency, and the layer
 // keeps it current in three ways, since under sustained overload in flight

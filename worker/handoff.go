@@ -3,6 +3,7 @@ package worker
 import (
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Capacity a release frees is handed to the queue through the network
@@ -27,15 +28,39 @@ import (
 // (so no CPU idles while a request waits), and that same poll returns the
 // requests that arrived meanwhile: they are read, decided and queued
 // first (the goroutine yields once so that they run before it), and the
-// capacity goes to the most important of them. A request that reaches the
-// queue first grants it itself (WaitQueue.Wait dispatches). On the
+// capacity goes to the most important of them. Until then no waiter takes
+// capacity: a waiter timing out dispatches its queue from its timer's
+// goroutine, which runs before the P runs dry, and handed the capacity
+// out before the poll (a runtime trace of the one-CPU server at 2x: the
+// poller was asked every 2.2ms at the median, as the handlers end, but
+// only every 5.8ms at p90 and 8.3ms at p99, three or four handlers
+// running back to back; with the gate, every 2.1-2.3ms). On the
 // demonstration's one-CPU server (docs/overload.md), with LimitConfig.Min
 // at one per CPU, critical p99 went from 3.2-4.0x the floor's at 2x and
-// 5x to 2.06-2.24x. With the CPU idle the poll is not late, and releases
-// grant at once.
+// 5x to 1.12-1.37x (2.06-2.24x before the gate), and the p99 of all
+// admitted at 5x from 3.7x to 1.24-1.26x. With the CPU idle the poll is
+// not late, and releases grant at once.
+//
+// Two guards keep a hand-off from leaving capacity idle: the queues wait
+// for one for at most handoffGrace, and releases grant at once while the
+// scheduler is backlogged (handoffBacklog), where a hand-off would wait
+// for the P to run everything runnable (docs/overload.md, "Two guards").
 //
 // One pipe and one goroutine serve every Layer of the process. Where
 // pipes are not pollable (handoffPipe returns nil), releases grant at once.
+
+// handoffGrace is how long the queues leave released capacity to a
+// hand-off on its way (Layer.awaitingHandoff): the poll that runs it
+// comes as soon as the P has run what was runnable, within a handler's
+// time on a busy CPU (every 2.1-2.3ms on the demonstration's server).
+const handoffGrace = 5 * time.Millisecond
+
+// handoffBacklog is the scheduler latency, in multiples of its target,
+// from which releases grant at once (Layer.handOff): the P then takes that
+// long to run what is runnable, and a hand-off would wait as long. On the
+// demonstration's one-CPU server a flood at 2x and 5x reads up to about
+// 4; a jammed one, 28.
+const handoffBacklog = 8
 
 // handoff is the process's hand-off of freed capacity.
 var handoff handoffs
@@ -58,6 +83,7 @@ func (h *handoffs) post(l *Layer) bool {
 	if l.handoffPending.Swap(true) {
 		return true // a hand-off is on its way already; it will see this release
 	}
+	l.handoffPosted.Store(monoNanos())
 	h.mu.Lock()
 	first := len(h.pending) == 0
 	h.pending = append(h.pending, l)

@@ -25,7 +25,7 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	clock := shedtest.NewClock(t0)
 	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	l.busyCPU.Store(true) // as the sampler sets it on a busy CPU
+	l.handoffs.Store(true) // as the sampler sets it on a busy CPU
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
@@ -61,7 +61,7 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 func TestReleaseHandsOffWithNothingElseToRun(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	l.busyCPU.Store(true)
+	l.handoffs.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
@@ -89,4 +89,91 @@ func TestReleaseHandsOffWithNothingElseToRun(t *testing.T) {
 	if n := l.InFlight(); n != 0 {
 		t.Fatalf("%d in flight once every waiter was served and released, want 0", n)
 	}
+}
+
+// While a hand-off is on its way, a waiter timing out (which dispatches
+// its queue) does not hand the released capacity out before the poll: the
+// hand-off does, to the most important request by then. Before, the next
+// waiter got it from the timer, and the requests the poll returned waited
+// for another release.
+func TestNoGrantWhileAHandOffIsOnItsWay(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		name string
+		err  error
+	}
+	got := make(chan result, 2)
+	queue := func(name string, deadline time.Time, n int) {
+		go func() {
+			ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable, Deadline: deadline})
+			if err == nil {
+				ls.Release(shed.Completed)
+			}
+			got <- result{name, err}
+		}()
+		waitUntil(t, name+" to queue", func() bool { return l.Queued() == n })
+	}
+	queue("the one that times out", t0.Add(10*time.Millisecond), 1)
+	queue("the one that waits", time.Time{}, 2)
+
+	// A hand-off is on its way (set by hand, so that the process's
+	// hand-off goroutine has nothing to do with this layer); the release
+	// then frees the capacity without granting it.
+	l.handoffGrace = time.Hour // however slow this machine is
+	l.handoffPosted.Store(monoNanos())
+	l.handoffPending.Store(true)
+	held.Release(shed.Completed)
+	clock.Advance(20 * time.Millisecond)
+	if r := <-got; r.name != "the one that times out" || r.err == nil {
+		t.Fatalf("%s: %v, want the first to time out", r.name, r.err)
+	}
+	if n, in := l.Queued(), l.InFlight(); n != 1 || in != 0 {
+		t.Fatalf("%d waiting and %d in flight after a waiter timed out during a hand-off, want 1 waiting and none in flight", n, in)
+	}
+	// The hand-off arrives.
+	l.handoffPending.Store(false)
+	l.notify()
+	if r := <-got; r.err != nil {
+		t.Fatalf("%s: %v, want granted by the hand-off", r.name, r.err)
+	}
+}
+
+// A hand-off the runtime is slow to run does not keep the capacity idle:
+// after handoffGrace the waiters take it as without one.
+func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable})
+		if err == nil {
+			ls.Release(shed.Completed)
+		}
+		got <- err
+	}()
+	waitUntil(t, "the request to queue", func() bool { return l.Queued() == 1 })
+	// Posted an hour ago and never run, on a busy CPU (so that the release
+	// leaves the capacity to it).
+	l.handoffs.Store(true)
+	l.handoffPosted.Store(monoNanos() - int64(time.Hour))
+	l.handoffPending.Store(true)
+	held.Release(shed.Completed)
+	l.notify() // what a waiter timing out, or a newcomer, does
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting request, once the hand-off was overdue: %v", err)
+	}
+	l.handoffPending.Store(false)
 }
