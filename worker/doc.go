@@ -35,16 +35,17 @@
 //
 // On the demonstration's one-CPU server whose handlers burn CPU (go run
 // ./examples/overload -scenario cpu -quick -setups
-// loadshed,loadshed-cpubound -steps 0.5,1,2,5,10), the default does as
-// well as CPUBound. Measured on 2026-11-25 at 09:07 UTC on a quiet machine
-// (load average 1.0, the demonstration's own processes), same run: at 0.5x
-// the default refused nothing (CPUBound 2 of 397); at 1x, 2x, 5x and 10x
-// the default served 92.9%, 97.5%, 95.1% and 89.7% of capacity and every
-// critical request up to 5x (84.7% at 10x, where critical demand alone is
-// the capacity), CPUBound 90.9%, 94.1%, 95.7% and 92.9% (87.5%); critical
-// p99 3.56x, 2.66x and 1.10x the floor's at 2x, 5x and 10x (CPUBound
-// 1.48x, 3.13x, 3.50x), the p99 of all served at 5x 3.40x (CPUBound
-// 2.96x). The quick run's steps are short; docs/overload.md has full runs.
+// loadshed,loadshed-cpubound -steps 0.5,1,2,5,10), the default does about
+// as well as CPUBound. Measured on 2026-11-25 at 10:18 UTC on a quiet
+// machine, same run: at 0.5x the default refused nothing (CPUBound 2 of
+// 398); at 1x, 2x, 5x and 10x the default served 92.3%, 98.3%, 95.8% and
+// 88.5% of capacity and every critical request up to 5x (83.6% at 10x,
+// where critical demand alone is the capacity), CPUBound 91.7%, 94.3%,
+// 98.4% and 94.8% (89.6%); critical p99 1.50x, 1.54x and 1.02x the
+// floor's at 2x, 5x and 10x (CPUBound 3.00x, 1.22x, 3.54x), the p99 of
+// all served at 5x 2.62x (CPUBound 1.21x). The quick run's steps are
+// short, and the default learns its limit in them; docs/overload.md has
+// full runs.
 //
 // # The learnt limit
 //
