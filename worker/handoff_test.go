@@ -23,24 +23,9 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 	// One P: the hand-off's goroutine cannot run until this one blocks,
 	// as on a one-CPU server busy with admitted work.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	clock := shedtest.NewClock(t0)
-	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	l.handoffs.Store(true) // as the sampler sets it on a busy CPU
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sheddable := make(chan error, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable})
-		if err == nil {
-			ls.Release(shed.Completed)
-		}
-		sheddable <- err
-	}()
-	waitUntil(t, "the sheddable request to queue", func() bool { return l.Queued() == 1 })
+	l, _, ctx, held := oneSlotHeld(t)
+	l.handoffOn.Store(true) // as the sampler sets it on a busy CPU
+	sheddable := queued(t, l, ctx, "the sheddable request", shed.Request{Priority: shed.Sheddable}, 1)
 
 	held.Release(shed.Completed)
 	critical, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
@@ -59,30 +44,16 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 // A release with nobody arriving after it still hands the capacity to the
 // waiters, through the poller.
 func TestReleaseHandsOffWithNothingElseToRun(t *testing.T) {
-	clock := shedtest.NewClock(t0)
-	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	l.handoffs.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _, ctx, held := oneSlotHeld(t)
+	l.handoffOn.Store(true)
 	const waiters = 8
-	done := make(chan error, waiters)
-	for i := 0; i < waiters; i++ {
-		go func() {
-			ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable})
-			if err == nil {
-				ls.Release(shed.Completed)
-			}
-			done <- err
-		}()
+	var done [waiters]<-chan error
+	for i := range done {
+		done[i] = queued(t, l, ctx, "a sheddable request", shed.Request{Priority: shed.Sheddable}, i+1)
 	}
-	waitUntil(t, "the requests to queue", func() bool { return l.Queued() == waiters })
 	held.Release(shed.Completed)
-	for i := 0; i < waiters; i++ {
-		if err := <-done; err != nil {
+	for i, d := range done {
+		if err := <-d; err != nil {
 			t.Fatalf("waiter %d: %v, want each served in turn", i, err)
 		}
 	}
@@ -97,31 +68,9 @@ func TestReleaseHandsOffWithNothingElseToRun(t *testing.T) {
 // waiter got it from the timer, and the requests the poll returned waited
 // for another release.
 func TestNoGrantWhileAHandOffIsOnItsWay(t *testing.T) {
-	clock := shedtest.NewClock(t0)
-	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		name string
-		err  error
-	}
-	got := make(chan result, 2)
-	queue := func(name string, deadline time.Time, n int) {
-		go func() {
-			ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable, Deadline: deadline})
-			if err == nil {
-				ls.Release(shed.Completed)
-			}
-			got <- result{name, err}
-		}()
-		waitUntil(t, name+" to queue", func() bool { return l.Queued() == n })
-	}
-	queue("the one that times out", t0.Add(10*time.Millisecond), 1)
-	queue("the one that waits", time.Time{}, 2)
+	l, clock, ctx, held := oneSlotHeld(t)
+	timesOut := queued(t, l, ctx, "the one that times out", shed.Request{Priority: shed.Sheddable, Deadline: t0.Add(10 * time.Millisecond)}, 1)
+	waits := queued(t, l, ctx, "the one that waits", shed.Request{Priority: shed.Sheddable}, 2)
 
 	// A hand-off is on its way (set by hand, so that the process's
 	// hand-off goroutine has nothing to do with this layer); the release
@@ -131,8 +80,8 @@ func TestNoGrantWhileAHandOffIsOnItsWay(t *testing.T) {
 	l.handoffPending.Store(true)
 	held.Release(shed.Completed)
 	clock.Advance(20 * time.Millisecond)
-	if r := <-got; r.name != "the one that times out" || r.err == nil {
-		t.Fatalf("%s: %v, want the first to time out", r.name, r.err)
+	if err := <-timesOut; err == nil {
+		t.Fatal("the one with a deadline 10ms away was granted, want it timed out")
 	}
 	if n, in := l.Queued(), l.InFlight(); n != 1 || in != 0 {
 		t.Fatalf("%d waiting and %d in flight after a waiter timed out during a hand-off, want 1 waiting and none in flight", n, in)
@@ -140,34 +89,19 @@ func TestNoGrantWhileAHandOffIsOnItsWay(t *testing.T) {
 	// The hand-off arrives.
 	l.handoffPending.Store(false)
 	l.notify()
-	if r := <-got; r.err != nil {
-		t.Fatalf("%s: %v, want granted by the hand-off", r.name, r.err)
+	if err := <-waits; err != nil {
+		t.Fatalf("the one that waits: %v, want granted by the hand-off", err)
 	}
 }
 
 // A hand-off the runtime is slow to run does not keep the capacity idle:
 // after handoffGrace the waiters take it as without one.
 func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
-	clock := shedtest.NewClock(t0)
-	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable})
-		if err == nil {
-			ls.Release(shed.Completed)
-		}
-		got <- err
-	}()
-	waitUntil(t, "the request to queue", func() bool { return l.Queued() == 1 })
+	l, _, ctx, held := oneSlotHeld(t)
+	got := queued(t, l, ctx, "the request", shed.Request{Priority: shed.Sheddable}, 1)
 	// Posted an hour ago and never run, on a busy CPU (so that the release
 	// leaves the capacity to it).
-	l.handoffs.Store(true)
+	l.handoffOn.Store(true)
 	l.handoffPosted.Store(monoNanos() - int64(time.Hour))
 	l.handoffPending.Store(true)
 	held.Release(shed.Completed)
@@ -176,4 +110,36 @@ func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
 		t.Fatalf("the waiting request, once the hand-off was overdue: %v", err)
 	}
 	l.handoffPending.Store(false)
+}
+
+// oneSlotHeld returns a layer whose learnt limit is one request in flight,
+// on a manual clock, with that one slot held by a default request, and a
+// context bounding the test's waits.
+func oneSlotHeld(t *testing.T) (*Layer, *shedtest.Clock, context.Context, shed.Lease) {
+	t.Helper()
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock, ctx, held
+}
+
+// queued starts req's Acquire (released at once if granted), waits until
+// it is the n-th request queued, and returns where its error will come.
+func queued(t *testing.T, l *Layer, ctx context.Context, name string, req shed.Request, n int) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, req)
+		if err == nil {
+			ls.Release(shed.Completed)
+		}
+		done <- err
+	}()
+	waitUntil(t, name+" to queue", func() bool { return l.Queued() == n })
+	return done
 }

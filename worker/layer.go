@@ -37,11 +37,11 @@ type Layer struct {
 	lim     *limiter
 	counted bool
 	// busyCPU is set by the sampler while the CPU or the scheduler reads
-	// half its saturation or more: admissions then yield once. handoffs is
+	// half its saturation or more: admissions then yield once. handoffOn is
 	// set while, besides, the scheduler is not backlogged: releases then
 	// hand capacity over through the network poller (handoff.go).
-	busyCPU  atomic.Bool
-	handoffs atomic.Bool
+	busyCPU   atomic.Bool
+	handoffOn atomic.Bool
 	// critical is, with the learnt limit, the queue of the protected
 	// priorities over it: first in, first out, served before queue, so
 	// that the newest-first order queue takes under sustained overload
@@ -304,7 +304,7 @@ func (l *Layer) tick() {
 	}
 	level := l.ctrl.step(pressure, dt)
 	l.busyCPU.Store(busy)
-	l.handoffs.Store(busy && !backlogged)
+	l.handoffOn.Store(busy && !backlogged)
 	if l.lim != nil {
 		// A saturated CPU (or a backlogged scheduler) cannot serve more
 		// in flight: the learnt limit shrinks until it is not.
@@ -478,9 +478,13 @@ func (l *Layer) yieldIfBusy() {
 	}
 }
 
-// take counts cost units in flight if they fit within the worker budget (or
-// the priority is protected).
+// take counts cost units in flight for a queued request if they fit within
+// the worker budget (or the priority is protected), unless the capacity is
+// left to a hand-off on its way (awaitingHandoff).
 func (l *Layer) take(cost int64, p shed.Priority) bool {
+	if l.awaitingHandoff() {
+		return false
+	}
 	if l.lim != nil {
 		// Critical requests waiting go first.
 		return l.critical.Len() == 0 && l.takeWithin(cost, l.lim.Limit())
@@ -611,7 +615,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 	}
 	p := req.Priority
 	take := func() bool {
-		if sheds(uint32(l.state.Load()), p) || l.awaitingHandoff() {
+		if sheds(uint32(l.state.Load()), p) {
 			return false
 		}
 		return !l.counted || l.take(cost, p)
@@ -666,17 +670,17 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 
 // handOff grants the queues the capacity a release freed: through the
 // network poller when anybody waits and the CPU reads busy (see
-// handoff.go), else at once. Not while the scheduler is backlogged (its
-// latency at its target): the hand-off waits for the P to run what is
-// runnable, which then takes long, and meanwhile the capacity idles. A
-// flood's first moment on a fresh server (thousands of connections
-// opening at 10x) jammed it so, and with hand-offs the server then
-// served 1-48% of capacity in 3 of 18 quick runs, against none of 6
-// granting at once. With the CPU idle the poll is not late, and
-// the hand-off would only add a goroutine's wake-up to every queued
-// request's wait.
+// handoff.go), else at once. With the CPU idle the poll is not late, and
+// a hand-off would only add a goroutine's wake-up to every queued
+// request's wait. Nor while the scheduler is backlogged (its latency
+// handoffBacklog times its target): a hand-off then waits for the P to
+// run all that is runnable, and the capacity idles meanwhile. A flood's
+// first moment on a fresh server (thousands of connections opening at
+// 10x) jammed it so: with hand-offs the server served 1.3-48% of
+// capacity in 5 of 21 quick runs, against none of 6 granting at once,
+// and none of 8 with this guard.
 func (l *Layer) handOff() {
-	if l.Queued() > 0 && !(l.handoffs.Load() && handoff.post(l)) {
+	if l.Queued() > 0 && !(l.handoffOn.Load() && handoff.post(l)) {
 		l.notify()
 	}
 }

@@ -487,7 +487,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	p := req.Priority
 	q, length, wait := l.queue, int64(0), time.Duration(0)
 	take := func() bool {
-		return !sheds(uint32(l.state.Load()), p) && !l.awaitingHandoff() && l.take(cost, p)
+		return !sheds(uint32(l.state.Load()), p) && l.take(cost, p)
 	}
 	now := l.clock.Now()
 	if p.Index() >= l.protect {
