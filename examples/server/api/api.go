@@ -297,10 +297,15 @@ const (
 	Throttled               // 429
 	Shed                    // 503
 	Other                   // anything else
+	// Gone: the client went away before anything was written (it gave up
+	// while its request was queued). Counted as 2xx, these read as
+	// thousands of requests served a second on a server that serves a few
+	// hundred.
+	Gone
 	numAnswers
 )
 
-var answerWords = [numAnswers]string{"ok", "429", "503", "other"}
+var answerWords = [numAnswers]string{"ok", "429", "503", "other", "gone"}
 
 func (a Answer) String() string { return answerWords[a] }
 
@@ -355,10 +360,13 @@ func (st *Stats) count(next http.Handler) http.Handler {
 		start := time.Now()
 		defer func() {
 			st.inFlight.Add(-1)
-			if sw.status == 0 {
-				sw.status = http.StatusOK
-			}
 			a := answerOf(sw.status)
+			switch {
+			case sw.status == 0 && r.Context().Err() != nil:
+				a = Gone
+			case sw.status == 0:
+				a = OK // net/http answers 200 for a handler that writes nothing
+			}
 			st.counts[p.Index()][a].Add(1)
 			if a == OK {
 				st.served[p.Index()].observe(time.Since(start))
@@ -432,8 +440,8 @@ func (s *Service) LogEvery(out io.Writer, every time.Duration, stop <-chan struc
 			}
 		}
 		fmt.Fprintf(&line, "%s in-flight=%d", time.Now().Format("15:04:05"), st.InFlight())
-		for _, a := range []Answer{OK, Throttled, Shed} {
-			fmt.Fprintf(&line, " | %s", map[Answer]string{OK: "ok", Throttled: "429", Shed: "503"}[a])
+		for _, a := range []Answer{OK, Throttled, Shed, Gone} {
+			fmt.Fprintf(&line, " | %s", a)
 			for i := shed.NumPriorities - 1; i >= 0; i-- {
 				fmt.Fprintf(&line, " %s=%d", shed.Priorities()[i], now[i][a]-last[i][a])
 			}

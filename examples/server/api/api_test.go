@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -255,5 +256,21 @@ func TestMetricsServedTimes(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %q:\n%s", want, body)
 		}
+	}
+}
+
+// A request whose client went away while it waited, and to which nothing
+// was written, is counted gone, not ok: net/http would have answered it
+// 200, and the server's log read thousands served a second at 10x.
+func TestClientsThatWentAwayAreCountedGone(t *testing.T) {
+	st := &Stats{}
+	silent := st.count(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest(http.MethodGet, "/v1/charges", nil)
+	silent.ServeHTTP(httptest.NewRecorder(), r)
+	ctx, cancel := context.WithCancel(r.Context())
+	cancel()
+	silent.ServeHTTP(httptest.NewRecorder(), r.WithContext(ctx))
+	if ok, gone := st.Count(shed.Default, OK), st.Count(shed.Default, Gone); ok != 1 || gone != 1 {
+		t.Errorf("ok %d, gone %d; want 1 each (the first client waited for its answer, the second had gone)", ok, gone)
 	}
 }
