@@ -23,6 +23,7 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/loadshed/loadshed/internal/procstat"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -295,21 +296,18 @@ func redisCPU(rc *redis.Client) float64 {
 	return total
 }
 
-// processCPU is a process's CPU time in seconds, from /proc (0 elsewhere).
+// processCPU is a process's CPU time in seconds ("self": this one's), from
+// /proc (0 elsewhere).
 func processCPU(pid string) float64 {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if pid == "" || err != nil {
+	n, err := strconv.Atoi(pid)
+	if pid == "self" {
+		n, err = os.Getpid(), nil
+	}
+	if err != nil {
 		return 0
 	}
-	// Fields after the command's closing parenthesis: utime and stime are
-	// the 12th and 13th, in clock ticks (100 a second on Linux).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	s, _ := strconv.ParseFloat(f[12], 64)
-	return (u + s) / 100
+	d, _ := procstat.CPU(n)
+	return d.Seconds()
 }
 
 func load(name string, c pb.RateLimitServiceClient, rc *redis.Client, pid, run string, dur time.Duration, conc, clients int) {
