@@ -678,7 +678,9 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 // first moment on a fresh server (thousands of connections opening at
 // 10x) jammed it so: with hand-offs the server served 1.3-48% of
 // capacity in 5 of 21 quick runs, against none of 6 granting at once,
-// and none of 8 with this guard.
+// and none of 8 with this guard (the listen queues were not watched
+// then: some of these may have been the connection storms the code before
+// the hand-off meets too, docs/overload.md).
 func (l *Layer) handOff() {
 	if l.Queued() > 0 && !(l.handoffOn.Load() && handoff.post(l)) {
 		l.notify()

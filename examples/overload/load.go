@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,21 +57,107 @@ type loadClient struct {
 	timeout time.Duration
 	client  *http.Client
 	next    atomic.Uint64
+	// warm holds, per address, connections opened before the flood
+	// (openConns), handed to the transport as it asks for new ones.
+	warm map[string]chan warmConn
 }
 
+// warmConn is a connection opened before the flood, and when.
+type warmConn struct {
+	conn net.Conn
+	at   time.Time
+}
+
+// warmFor is how long a connection opened before the flood may wait for
+// its first request: the example server closes one that sends no request
+// header within 5s (ReadHeaderTimeout).
+const warmFor = 3 * time.Second
+
 func newLoadClient(bases []string, work, timeout time.Duration, maxConns int) *loadClient {
+	c := &loadClient{bases: bases, work: work, timeout: timeout, warm: map[string]chan warmConn{}}
+	d := &net.Dialer{Timeout: timeout}
+	for _, b := range bases {
+		c.warm[strings.TrimPrefix(b, "http://")] = make(chan warmConn, maxConns)
+	}
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			for {
+				select {
+				case w := <-c.warm[addr]:
+					if time.Since(w.at) < warmFor {
+						return w.conn, nil
+					}
+					w.conn.Close()
+					continue
+				default:
+				}
+				return d.DialContext(ctx, network, addr)
+			}
+		},
 		MaxIdleConns:        maxConns,
 		MaxIdleConnsPerHost: maxConns,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
-	return &loadClient{bases: bases, work: work, timeout: timeout, client: &http.Client{Transport: tr}}
+	c.client = &http.Client{Transport: tr}
+	return c
 }
 
-func (c *loadClient) close() { c.client.CloseIdleConnections() }
+// openConns opens n connections to the instances before a flood, as the
+// clients of a service behind a load balancer or with a connection pool
+// have them open, so that the flood's requests come over connections
+// the server has accepted already. Dialled as the requests come instead,
+// at 10x a fresh server's accept queue sometimes overflowed in the
+// flood's first moment: the clients opened 11,611 connections instead of
+// about 1,150, the kernel refused thousands, and the requests waiting
+// on them timed out (docs/overload.md, "Connection storms").
+func (c *loadClient) openConns(ctx context.Context, n int) error {
+	const dialers = 32
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, dialers)
+		next atomic.Int64
+	)
+	d := &net.Dialer{Timeout: c.timeout}
+	for range dialers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				addr := strings.TrimPrefix(c.bases[int(i)%len(c.bases)], "http://")
+				conn, err := d.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					errs <- fmt.Errorf("opening connection %d of %d to %s: %w", i+1, n, addr, err)
+					return
+				}
+				select {
+				case c.warm[addr] <- warmConn{conn: conn, at: time.Now()}:
+				default:
+					conn.Close()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// close closes the connections, idle and unused.
+func (c *loadClient) close() {
+	c.client.CloseIdleConnections()
+	for _, ch := range c.warm {
+		for drained := false; !drained; {
+			select {
+			case w := <-ch:
+				w.conn.Close()
+			default:
+				drained = true
+			}
+		}
+	}
+}
 
 // do sends one request of priority p and reports its fate.
 func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {

@@ -115,6 +115,9 @@ func (s step) progressLine() string {
 	for _, r := range s.recoveries {
 		line += fmt.Sprintf("; back %s after the change at %.2fs", backString(r.back), r.at.Seconds())
 	}
+	if s.quiet.overflows > 0 {
+		line += fmt.Sprintf("; the listen queue overflowed %d times", s.quiet.overflows)
+	}
 	if ok, why := s.quiet.trusted(); !ok {
 		line += " [busy machine: " + why + "]"
 	}
@@ -395,8 +398,11 @@ type jsonStep struct {
 	// RecoverySeconds is how long after each capacity change the step was
 	// back on target (-1: never).
 	RecoverySeconds []float64 `json:"recovery_seconds,omitempty"`
-	Trusted         bool      `json:"trusted"`
-	Untrusted       string    `json:"untrusted_because,omitempty"`
+	// ListenOverflows is how many connections the machine's listen queues
+	// had no room for during the step.
+	ListenOverflows int64  `json:"listen_overflows,omitempty"`
+	Trusted         bool   `json:"trusted"`
+	Untrusted       string `json:"untrusted_because,omitempty"`
 }
 
 type jsonFloor struct {
@@ -440,6 +446,7 @@ func (r *report) json() jsonReport {
 			CriticalP99Ratio: ratioOf(s.stats[shed.Critical.Index()].p99, s.floor.criticalP99),
 			AllP99Ratio:      ratioOf(s.stats[shed.NumPriorities].p99, s.floor.allP99)}
 		js.Trusted, js.Untrusted = r.trusted(s)
+		js.ListenOverflows = s.quiet.overflows
 		for _, rc := range s.recoveries {
 			js.RecoverySeconds = append(js.RecoverySeconds, rc.back.Seconds())
 		}

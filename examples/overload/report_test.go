@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/procstat"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -173,6 +174,30 @@ func TestQuietBetweenReadings(t *testing.T) {
 	}
 }
 
+func TestListenOverflowsAreReportedNotExcused(t *testing.T) {
+	now := time.Now()
+	a := cpuTimes{at: now, overflows: 100, ok: true}
+	b := cpuTimes{at: now.Add(time.Second), overflows: 7128, ok: true}
+	q := quietBetween(a, b, false, 0, 0, flood{})
+	if q.overflows != 7028 {
+		t.Errorf("overflows %d, want 7028", q.overflows)
+	}
+	// A server that let its accept queue overflow is judged on what it
+	// served: the overflow is its outcome, not the machine's noise.
+	if ok, why := q.trusted(); !ok {
+		t.Errorf("7028 overflows: untrusted (%s)", why)
+	}
+	st := step{setup: "loadshed", mult: 10, capacity: 480, quiet: q}
+	if line := st.progressLine(); !strings.Contains(line, "the listen queue overflowed 7028 times") {
+		t.Errorf("progress line does not report the overflows: %s", line)
+	}
+	// Unreadable (not Linux): nothing is known, nothing reported.
+	a.overflows, b.overflows = -1, -1
+	if q := quietBetween(a, b, false, 0, 0, flood{}); q.overflows != 0 {
+		t.Errorf("unknown overflows read as %d", q.overflows)
+	}
+}
+
 func TestReadingProc(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc here")
@@ -180,15 +205,18 @@ func TestReadingProc(t *testing.T) {
 	burnSome := time.Now().Add(30 * time.Millisecond)
 	for time.Now().Before(burnSome) {
 	}
-	if d, ok := processCPU(os.Getpid()); !ok || d <= 0 {
+	if d, ok := procstat.CPU(os.Getpid()); !ok || d <= 0 {
 		t.Errorf("this process's CPU time: %s, %v", d, ok)
 	}
-	if _, ok := processCPU(-1); ok {
+	if _, ok := procstat.CPU(-1); ok {
 		t.Error("a process that does not exist: ok")
 	}
 	a := readCPUTimes(0, os.Getpid())
 	if !a.ok || a.allTotal <= 0 || a.processes <= 0 {
 		t.Errorf("%+v", a)
+	}
+	if _, err := os.Stat("/proc/net/netstat"); err == nil && a.overflows < 0 {
+		t.Error("ListenOverflows not read from /proc/net/netstat")
 	}
 	if loadAverage() == "" {
 		t.Error("no load average")

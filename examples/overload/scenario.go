@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/procstat"
 )
 
 // A scenario is a kind of service and what happens to it during a flood.
@@ -160,7 +162,7 @@ func startNeighbour(_ context.Context, env scenarioEnv, _ []string) (func() (tim
 	var used time.Duration
 	stop := func() (time.Duration, error) {
 		once.Do(func() {
-			used, _ = processCPU(cmd.Process.Pid)
+			used, _ = procstat.CPU(cmd.Process.Pid)
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		})
