@@ -57,6 +57,10 @@ type loadClient struct {
 	timeout time.Duration
 	client  *http.Client
 	next    atomic.Uint64
+	// dialer opens every connection, before the flood (openConns) and as
+	// the transport asks; addrs are the instances' host:port, as bases.
+	dialer *net.Dialer
+	addrs  []string
 	// warm holds, per address, connections opened before the flood
 	// (openConns), handed to the transport as it asks for new ones.
 	warm map[string]chan warmConn
@@ -74,10 +78,11 @@ type warmConn struct {
 const warmFor = 3 * time.Second
 
 func newLoadClient(bases []string, work, timeout time.Duration, maxConns int) *loadClient {
-	c := &loadClient{bases: bases, work: work, timeout: timeout, warm: map[string]chan warmConn{}}
-	d := &net.Dialer{Timeout: timeout}
+	c := &loadClient{bases: bases, work: work, timeout: timeout, dialer: &net.Dialer{Timeout: timeout}, warm: map[string]chan warmConn{}}
 	for _, b := range bases {
-		c.warm[strings.TrimPrefix(b, "http://")] = make(chan warmConn, maxConns)
+		addr := strings.TrimPrefix(b, "http://")
+		c.addrs = append(c.addrs, addr)
+		c.warm[addr] = make(chan warmConn, maxConns)
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -91,7 +96,7 @@ func newLoadClient(bases []string, work, timeout time.Duration, maxConns int) *l
 					continue
 				default:
 				}
-				return d.DialContext(ctx, network, addr)
+				return c.dialer.DialContext(ctx, network, addr)
 			}
 		},
 		MaxIdleConns:        maxConns,
@@ -119,14 +124,13 @@ func (c *loadClient) openConns(ctx context.Context, n int) error {
 		errs = make(chan error, dialers)
 		next atomic.Int64
 	)
-	d := &net.Dialer{Timeout: c.timeout}
 	for range dialers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				addr := strings.TrimPrefix(c.bases[int(i)%len(c.bases)], "http://")
-				conn, err := d.DialContext(ctx, "tcp", addr)
+				addr := c.addrs[int(i)%len(c.addrs)]
+				conn, err := c.dialer.DialContext(ctx, "tcp", addr)
 				if err != nil {
 					errs <- fmt.Errorf("opening connection %d of %d to %s: %w", i+1, n, addr, err)
 					return
