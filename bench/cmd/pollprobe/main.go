@@ -17,15 +17,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loadshed/loadshed/bench/internal/pinned"
 )
 
 const serveEnv = "POLLPROBE_SERVE"
@@ -65,23 +65,13 @@ func serve(busy string) error {
 			}
 		}()
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	fmt.Println(ln.Addr())
-	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	return pinned.Serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 }
 
 func run(busy string, n, serverCPU, clientCPU int) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	taskset, err := exec.LookPath("taskset")
-	pinned := err == nil && runtime.NumCPU() >= 2
-	if pinned {
-		if err := exec.Command(taskset, "-a", "-p", "-c", strconv.Itoa(clientCPU), strconv.Itoa(os.Getpid())).Run(); err != nil {
+	taskset := pinned.Taskset()
+	if taskset != "" {
+		if err := pinned.Pin(taskset, clientCPU); err != nil {
 			return fmt.Errorf("pinning the client: %w", err)
 		}
 		runtime.GOMAXPROCS(1)
@@ -91,21 +81,12 @@ func run(busy string, n, serverCPU, clientCPU int) error {
 	}
 	fmt.Println("busy goroutines   p50        p90        p99")
 	for _, b := range strings.Split(busy, ",") {
-		cmd := exec.Command(self)
-		if pinned {
-			cmd = exec.Command(taskset, "-c", strconv.Itoa(serverCPU), self)
-		}
-		cmd.Env = append(os.Environ(), serveEnv+"="+strings.TrimSpace(b), "GOMAXPROCS=1")
-		out, err := cmd.StdoutPipe()
+		srv, err := pinned.Start(taskset, serverCPU, serveEnv+"="+strings.TrimSpace(b))
 		if err != nil {
 			return err
 		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		lat, err := probe(out, n)
-		cmd.Process.Kill()
-		cmd.Wait()
+		lat, err := probe(srv.Addr, n)
+		srv.Stop()
 		if err != nil {
 			return fmt.Errorf("%s busy: %w", b, err)
 		}
@@ -116,12 +97,8 @@ func run(busy string, n, serverCPU, clientCPU int) error {
 	return nil
 }
 
-// probe reads the server's address and times n requests to it.
-func probe(out io.Reader, n int) ([]time.Duration, error) {
-	var addr string
-	if _, err := fmt.Fscanln(out, &addr); err != nil {
-		return nil, fmt.Errorf("reading the server's address: %w", err)
-	}
+// probe times n requests to the server at addr.
+func probe(addr string, n int) ([]time.Duration, error) {
 	c := &http.Client{Timeout: 5 * time.Second}
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n+20; i++ {

@@ -22,16 +22,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/bench/internal/pinned"
 	"github.com/loadshed/loadshed/internal/procstat"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
@@ -95,27 +92,18 @@ func serve(kind string) error {
 	default:
 		return fmt.Errorf("unknown server %q", kind)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	fmt.Println(ln.Addr())
-	return http.Serve(ln, h)
+	return pinned.Serve(h)
 }
 
 func run(rate float64, dur time.Duration, capacity float64, serverCPU, clientCPU int) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	taskset, err := exec.LookPath("taskset")
-	if err != nil || runtime.NumCPU() < 2 {
+	taskset := pinned.Taskset()
+	if taskset == "" {
 		return errors.New("needs taskset and two CPUs: unpinned, the server's CPU time would mix with the client's")
 	}
 	if _, ok := procstat.CPU(os.Getpid()); !ok {
 		return errors.New("needs /proc to read the server's CPU time")
 	}
-	if err := exec.Command(taskset, "-a", "-p", "-c", strconv.Itoa(clientCPU), strconv.Itoa(os.Getpid())).Run(); err != nil {
+	if err := pinned.Pin(taskset, clientCPU); err != nil {
 		return fmt.Errorf("pinning the client: %w", err)
 	}
 	fmt.Printf("server on CPU %d (GOMAXPROCS=1), client on CPU %d; %.0f requests/s for %s each, every one refused\n", serverCPU, clientCPU, rate, dur)
@@ -123,7 +111,7 @@ func run(rate float64, dur time.Duration, capacity float64, serverCPU, clientCPU
 	cost := map[string][]time.Duration{}
 	for range 2 {
 		for _, kind := range []string{bare, loadshed} {
-			r, err := measure(self, taskset, serverCPU, kind, rate, dur)
+			r, err := measure(taskset, serverCPU, kind, rate, dur)
 			if err != nil {
 				return fmt.Errorf("%s: %w", kind, err)
 			}
@@ -149,29 +137,17 @@ type result struct {
 }
 
 // measure starts one server and refuses rate requests a second on it for dur.
-func measure(self, taskset string, serverCPU int, kind string, rate float64, dur time.Duration) (result, error) {
-	cmd := exec.Command(taskset, "-c", strconv.Itoa(serverCPU), self)
-	cmd.Env = append(os.Environ(), serveEnv+"="+kind, "GOMAXPROCS=1")
-	out, err := cmd.StdoutPipe()
+func measure(taskset string, serverCPU int, kind string, rate float64, dur time.Duration) (result, error) {
+	srv, err := pinned.Start(taskset, serverCPU, serveEnv+"="+kind)
 	if err != nil {
 		return result{}, err
 	}
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	var addr string
-	if _, err := fmt.Fscanln(out, &addr); err != nil {
-		return result{}, fmt.Errorf("reading the server's address: %w", err)
-	}
+	defer srv.Stop()
 	const conns = 128
 	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	url := "http://" + addr + "/v1/charges"
+	url := "http://" + srv.Addr + "/v1/charges"
 	get := func() error {
 		resp, err := c.Get(url)
 		if err != nil {
@@ -205,7 +181,7 @@ func measure(self, taskset string, serverCPU int, kind string, rate float64, dur
 		return result{}, err
 	default:
 	}
-	before, _ := procstat.CPU(cmd.Process.Pid)
+	before, _ := procstat.CPU(srv.Pid)
 	start := time.Now()
 	var n atomic.Int64
 	every := time.Duration(float64(conns) / rate * float64(time.Second))
@@ -231,7 +207,7 @@ func measure(self, taskset string, serverCPU int, kind string, rate float64, dur
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	after, _ := procstat.CPU(cmd.Process.Pid)
+	after, _ := procstat.CPU(srv.Pid)
 	select {
 	case err := <-errs:
 		return result{}, err
