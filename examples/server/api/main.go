@@ -40,8 +40,26 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&ls.FleetPerInstance, "fleet-per-instance", 0, "loadshed with -redis: the fleet layer's capacity per live instance, requests in flight (0: the default, 10)")
 	configFile := fs.String("config", "", "loadshed's layers from this file (e.g. examples/server/loadshed.yaml), reloaded when it changes or on SIGHUP; replaces the layer flags")
 	quiet := fs.Bool("quiet", false, "no per-second log line")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file, until it stops (SIGINT, SIGTERM) or for -cpuprofile-for")
+	profileFor := fs.Duration("cpuprofile-for", 0, "with -cpuprofile: profile only this long from the start (0: until the server stops; the overload demo kills its servers, so give one there)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *profileFor != 0 && *profile == "" {
+		fmt.Fprintln(stderr, "server: -cpuprofile-for needs -cpuprofile")
+		return 2
+	}
+	if *profile != "" {
+		stopProfile, err := cpuProfile(*profile, *profileFor)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		defer func() {
+			if err := stopProfile(); err != nil {
+				fmt.Fprintln(stderr, "server: -cpuprofile:", err)
+			}
+		}()
 	}
 	p, err := ParseProtection(*protect)
 	if err != nil {
