@@ -39,8 +39,13 @@ func IsOutage(err error) bool {
 // a cluster without a master for some slot (CLUSTERDOWN), a node loading
 // its data (LOADING). Retrying such a command never runs it twice.
 func NotRun(err error) bool {
+	if err == nil {
+		// Before rerr: errors.As moves it to the heap, and every command
+		// that ran (nearly all) would pay that allocation for nothing.
+		return false
+	}
 	var rerr redis.Error
-	if err == nil || !errors.As(err, &rerr) {
+	if !errors.As(err, &rerr) {
 		return false
 	}
 	msg := rerr.Error()

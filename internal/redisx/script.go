@@ -20,10 +20,17 @@ import (
 type Script struct {
 	s   *redis.Script
 	src string
+	// The first arguments of EVALSHA and EVAL, boxed once: boxing a string
+	// allocates, and RunOnce is on every decision's path.
+	evalsha, eval [2]any
 }
 
 // NewScript returns the script of src.
-func NewScript(src string) *Script { return &Script{s: redis.NewScript(src), src: src} }
+func NewScript(src string) *Script {
+	s := &Script{s: redis.NewScript(src), src: src}
+	s.evalsha, s.eval = [2]any{"evalsha", s.s.Hash()}, [2]any{"eval", src}
+	return s
+}
 
 // Run runs the script: EVALSHA, then EVAL if the server lacks it.
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
@@ -90,18 +97,20 @@ func (onceCmd) NoRetry() bool { return true }
 // than being retried by go-redis from an 8ms backoff up, which ends a short
 // budget with a bare deadline error that reads as an outage.
 func (s *Script) RunOnce(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := s.cmd(ctx, "evalsha", s.s.Hash(), keys, args)
+	cmd := s.cmd(ctx, s.evalsha, keys, args)
 	_ = c.Process(ctx, onceCmd{cmd})
 	if noScript(cmd) {
-		cmd = s.cmd(ctx, "eval", s.src, keys, args)
+		cmd = s.cmd(ctx, s.eval, keys, args)
 		_ = c.Process(ctx, onceCmd{cmd})
 	}
 	return cmd
 }
 
-func (s *Script) cmd(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+// cmd builds the command: head is the command's name and the script's SHA1
+// or source.
+func (s *Script) cmd(ctx context.Context, head [2]any, keys []string, args []any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, body, len(keys))
+	a = append(a, head[0], head[1], len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
