@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"math"
 	"slices"
 	"testing"
@@ -116,5 +117,39 @@ func TestFloorAtFiveTimesCapacity(t *testing.T) {
 	// The same arrivals, the same floor: it depends on nothing else.
 	if g, _ := m.floor(arr, time.Second, 10*time.Second); g != f {
 		t.Errorf("two runs differ: %+v and %+v", f, g)
+	}
+}
+
+// The floor's servers: one CPU, a pool's connections, and for a service
+// that needs both, what it holds at once at its capacity (Little's law).
+func TestFloorServersOfEachKindOfService(t *testing.T) {
+	o, err := parseOptions(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		capacity  float64
+		unloaded  time.Duration
+		servers   int
+		poolKnown bool
+	}{
+		{scenarioCPU, 480, 2200 * time.Microsecond, 1, false},
+		{scenarioNoisy, 480, 2200 * time.Microsecond, 1, false},
+		{scenarioIO, 133, 31 * time.Millisecond, 4, true},
+		{scenarioDrop, 133, 31 * time.Millisecond, 4, true},
+		{scenarioMixed, 250, 33600 * time.Microsecond, 8, false},
+		{scenarioMixed, 1, time.Millisecond, 1, false}, // never none
+	} {
+		sc, err := newScenario(c.name, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sc.floorServers(c.capacity, c.unloaded); got != c.servers {
+			t.Errorf("%s at %v/s, %v unloaded: %d servers, want %d", c.name, c.capacity, c.unloaded, got, c.servers)
+		}
+		if sc.poolKnown() != c.poolKnown {
+			t.Errorf("%s: poolKnown %v, want %v", c.name, sc.poolKnown(), c.poolKnown)
+		}
 	}
 }

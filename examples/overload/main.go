@@ -8,7 +8,8 @@
 //	go run ./examples/overload -scenario io             # handlers waiting on a downstream pool
 //	go run ./examples/overload -scenario drop           # the downstream slows to a third mid-flood, then recovers
 //	go run ./examples/overload -scenario noisy          # another process takes part of the server's CPU mid-flood
-//	go run ./examples/overload -scenario all            # the four, one after the other
+//	go run ./examples/overload -scenario mixed          # handlers waiting on a downstream pool, then burning CPU
+//	go run ./examples/overload -scenario all            # the five, one after the other
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
 //
@@ -269,7 +270,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		solo := c.closedLoop(ctx, 1, d, shed.Default)
 		rep.unloadedP50, rep.unloadedP99 = latencies(solo)
 		// Enough clients to keep every connection of the pool busy.
-		clients := max(8, 4*sc.floorServers())
+		clients := max(8, 4*max(1, sc.pool))
 		closed := func() float64 {
 			c.closedLoop(ctx, clients, 300*time.Millisecond, shed.Default)
 			ok := 0
@@ -316,7 +317,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		return nil, fmt.Errorf("measured capacity is %.0f requests/s (%.0f/s with the change); is the machine that busy?", rep.capacity, rep.capacityChanged)
 	}
 	measuredNote := ""
-	if sc.pool > 0 {
+	if sc.poolKnown() {
 		// A downstream pool's capacity is known exactly: its connections
 		// over a call's latency, the CPU playing no part. The closed loop,
 		// whose clients need the CPU to turn a request round, can only
@@ -332,6 +333,10 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			rep.capacityChanged = rep.capacity / sc.change.factor
 		}
 		rep.calibration = quiet{} // the capacity does not depend on it
+	}
+	if sc.pool > 0 && !sc.poolKnown() {
+		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, capacity × unloaded p50)",
+			sc.floorServers(rep.capacity, rep.unloadedP50))
 	}
 	if rep.calibration.saturating && rep.calibration.known {
 		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
@@ -438,8 +443,9 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).
 	arr := arrivalsOf(fl.samples)
-	model := floorModel{servers: sc.floorServers(), timeout: o.timeout, end: o.warmup + rep.measure,
-		service: time.Duration(float64(sc.floorServers()) / rep.capacity * float64(time.Second))}
+	floorServers := sc.floorServers(rep.capacity, rep.unloadedP50)
+	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
+		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second))}
 	st.capacity = rep.capacity
 	critRate := offered * mix[shed.Critical]
 	criticalFitsChanged := critRate < rep.capacityChanged

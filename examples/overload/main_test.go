@@ -152,11 +152,12 @@ func runOverload(ctx context.Context, t *testing.T, dir string, args ...string) 
 	return rep
 }
 
-var overloadFlag = flag.Bool("overload", false, "run every scenario in full and check loadshed's targets (about 10 minutes; see TestScenarios)")
+var overloadFlag = flag.Bool("overload", false, "run every scenario in full and check loadshed's targets (about 12 minutes; see TestScenarios)")
 
 // TestScenarios runs the whole demonstration in each scenario (cpu, io,
-// drop, noisy: about ten minutes in all, so only with -overload) and checks
-// issue 22's targets for loadshed's default set-up, the same in all four:
+// drop, noisy, mixed: about twelve minutes in all, so only with -overload)
+// and checks issue 22's targets for loadshed's default set-up, the same in
+// all five:
 //
 //	go test ./examples/overload -run Scenarios -overload -timeout 30m -v
 //
