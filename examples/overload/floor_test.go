@@ -121,7 +121,7 @@ func TestFloorAtFiveTimesCapacity(t *testing.T) {
 }
 
 // The floor's servers: one CPU, a pool's connections, and for a service
-// that needs both, what it holds at once at its capacity (Little's law).
+// that needs both, its measured knee.
 func TestFloorServersOfEachKindOfService(t *testing.T) {
 	o, err := parseOptions(nil, &bytes.Buffer{})
 	if err != nil {
@@ -129,27 +129,44 @@ func TestFloorServersOfEachKindOfService(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name      string
-		capacity  float64
-		unloaded  time.Duration
+		knee      int
 		servers   int
 		poolKnown bool
 	}{
-		{scenarioCPU, 480, 2200 * time.Microsecond, 1, false},
-		{scenarioNoisy, 480, 2200 * time.Microsecond, 1, false},
-		{scenarioIO, 133, 31 * time.Millisecond, 4, true},
-		{scenarioDrop, 133, 31 * time.Millisecond, 4, true},
-		{scenarioMixed, 250, 33600 * time.Microsecond, 8, false},
-		{scenarioMixed, 1, time.Millisecond, 1, false}, // never none
+		{scenarioCPU, 0, 1, false},
+		{scenarioNoisy, 0, 1, false},
+		{scenarioIO, 0, 4, true},
+		{scenarioDrop, 0, 4, true},
+		{scenarioMixed, 12, 12, false},
+		{scenarioMixed, 0, 1, false}, // never none
 	} {
 		sc, err := newScenario(c.name, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := sc.floorServers(c.capacity, c.unloaded); got != c.servers {
-			t.Errorf("%s at %v/s, %v unloaded: %d servers, want %d", c.name, c.capacity, c.unloaded, got, c.servers)
+		if got := sc.floorServers(c.knee); got != c.servers {
+			t.Errorf("%s, knee %d: %d servers, want %d", c.name, c.knee, got, c.servers)
 		}
 		if sc.poolKnown() != c.poolKnown {
 			t.Errorf("%s: poolKnown %v, want %v", c.name, sc.poolKnown(), c.poolKnown)
 		}
+	}
+}
+
+// The knee is where throughput per latency peaks: past it, more clients
+// only queue.
+func TestKneeIsWhereThroughputPerLatencyPeaks(t *testing.T) {
+	// Closed loops over the mixed service, shaped as the learnt limit's
+	// trace measured it.
+	points := []kneePoint{{4, 110}, {6, 150}, {8, 190}, {10, 220}, {12, 245}, {14, 248}, {16, 250}}
+	if got := kneeOf(points); got != 12 {
+		t.Errorf("knee %d, want 12", got)
+	}
+	// Throughput in proportion to clients all along: no knee yet, the last.
+	if got := kneeOf([]kneePoint{{4, 100}, {8, 200}, {12, 300}}); got != 12 {
+		t.Errorf("linear: knee %d, want 12", got)
+	}
+	if got := kneeOf(nil); got != 0 {
+		t.Errorf("no points: knee %d, want 0", got)
 	}
 }

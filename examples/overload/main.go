@@ -292,6 +292,22 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		// busy, or the capacity reads low (a pool's capacity is known,
 		// below).
 		rep.calibration.saturating = pin.taskset != "" && sc.pool == 0
+		if sc.pool > 0 && !sc.poolKnown() {
+			// The floor's servers: how many clients of a closed loop it
+			// takes to serve the capacity (kneeOf).
+			var points []kneePoint
+			for n := 4; n <= 20; n += 2 {
+				ok := 0
+				for _, s := range c.closedLoop(ctx, n, d*2/3, shed.Default) {
+					if s.res == resOK {
+						ok++
+					}
+				}
+				points = append(points, kneePoint{clients: n, throughput: float64(ok) / (d * 2 / 3).Seconds()})
+			}
+			rep.knee = kneeOf(points)
+			rep.kneePoints = points
+		}
 		rep.capacityChanged = rep.capacity
 		if sc.change != nil {
 			stop, err := sc.change.start(ctx, env, bases)
@@ -335,8 +351,12 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		rep.calibration = quiet{} // the capacity does not depend on it
 	}
 	if sc.pool > 0 && !sc.poolKnown() {
-		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, capacity × unloaded p50)",
-			sc.floorServers(rep.capacity, rep.unloadedP50))
+		var sweep []string
+		for _, p := range rep.kneePoints {
+			sweep = append(sweep, fmt.Sprintf("%d: %.0f/s", p.clients, p.throughput))
+		}
+		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, the knee of closed loops of %s)",
+			sc.floorServers(rep.knee), strings.Join(sweep, ", "))
 	}
 	if rep.calibration.saturating && rep.calibration.known {
 		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
@@ -443,7 +463,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).
 	arr := arrivalsOf(fl.samples)
-	floorServers := sc.floorServers(rep.capacity, rep.unloadedP50)
+	floorServers := sc.floorServers(rep.knee)
 	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
 		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second))}
 	st.capacity = rep.capacity

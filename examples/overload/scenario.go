@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -107,20 +106,51 @@ func (sc scenario) serverArgs() []string {
 }
 
 // floorServers is how many requests the service can work on at once in
-// the floor's model, given its capacity and unloaded latency: one on one
-// CPU, one per downstream connection. A service that needs both is neither
-// one server nor a pool's worth: by Little's law, it holds capacity ×
-// unloaded latency requests at once when it serves its capacity without
-// queueing, and the floor's servers are that many, each answering in the
-// unloaded latency.
-func (sc scenario) floorServers(capacity float64, unloaded time.Duration) int {
+// the floor's model: one on one CPU, one per downstream connection. A
+// service that needs both is neither one server nor a pool's worth: its
+// knee, measured (kneeOf), is.
+func (sc scenario) floorServers(knee int) int {
 	switch {
 	case sc.pool == 0:
 		return 1
 	case sc.work == 0:
 		return sc.pool
 	}
-	return max(1, int(math.Round(capacity*unloaded.Seconds())))
+	return max(1, knee)
+}
+
+// kneePoint is what a closed loop of clients clients served per second.
+type kneePoint struct {
+	clients    int
+	throughput float64
+}
+
+// kneeOf is the service's knee: of the closed loops in points, the one
+// whose clients got the most throughput per latency, throughput² /
+// clients (Kleinrock's power; a closed loop's latency is clients /
+// throughput). Below it, more requests at once still raise the throughput
+// more than the latency; past it, they queue inside. The floor's servers
+// are that many, each answering in knee / capacity. Neither simpler
+// figure fits a service that needs both a pool and the CPU:
+//
+//   - Little's law with the unloaded latency (8 for the mixed service)
+//     answers faster than the service can at capacity: there each request
+//     takes longer the busier the service is (a trace of the learnt
+//     limit: 166/s at 7 in flight and 42 ms, 250/s at 12 and 48 ms);
+//   - the fewest clients that come within 3% of the capacity (16) take
+//     the flat top of the curve for the knee, and the floor then answers
+//     slower than the service does at half load (0.7x its latency).
+func kneeOf(points []kneePoint) int {
+	best, bestPower := 0, 0.0
+	for _, p := range points {
+		if p.clients <= 0 {
+			continue
+		}
+		if power := p.throughput * p.throughput / float64(p.clients); power > bestPower {
+			best, bestPower = p.clients, power
+		}
+	}
+	return best
 }
 
 // poolKnown reports whether the capacity is the pool's, known without
