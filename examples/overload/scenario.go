@@ -125,13 +125,17 @@ type kneePoint struct {
 	throughput float64
 }
 
-// kneeOf is the service's knee: of the closed loops in points, the one
-// whose clients got the most throughput per latency, throughput² /
-// clients (Kleinrock's power; a closed loop's latency is clients /
-// throughput). Below it, more requests at once still raise the throughput
-// more than the latency; past it, they queue inside. The floor's servers
-// are that many, each answering in knee / capacity. Neither simpler
-// figure fits a service that needs both a pool and the CPU:
+// kneeOf is the service's knee: the fewest clients of the closed loops in
+// points whose throughput per latency, throughput² / clients (Kleinrock's
+// power; a closed loop's latency is clients / throughput), came within
+// kneeSpread of the best. Below the knee, more requests at once still
+// raise the throughput more than the latency; past it, they queue inside.
+// The curve is flat near its top and a loop of a second is noisy (the
+// best of one calibration was at 18 clients, whose 270/s was above the
+// capacity; the fewest within 5% were 12, as in the other runs), hence
+// the fewest near the best rather than the best. The floor's servers are
+// that many, each answering in knee / capacity. Neither simpler figure
+// fits a service that needs both a pool and the CPU:
 //
 //   - Little's law with the unloaded latency (8 for the mixed service)
 //     answers faster than the service can at capacity: there each request
@@ -141,17 +145,25 @@ type kneePoint struct {
 //     the flat top of the curve for the knee, and the floor then answers
 //     slower than the service does at half load (0.7x its latency).
 func kneeOf(points []kneePoint) int {
-	best, bestPower := 0, 0.0
+	power := func(p kneePoint) float64 { return p.throughput * p.throughput / float64(p.clients) }
+	best := 0.0
 	for _, p := range points {
-		if p.clients <= 0 {
-			continue
-		}
-		if power := p.throughput * p.throughput / float64(p.clients); power > bestPower {
-			best, bestPower = p.clients, power
+		if p.clients > 0 {
+			best = max(best, power(p))
 		}
 	}
-	return best
+	knee := 0
+	for _, p := range points {
+		if p.clients > 0 && power(p) >= (1-kneeSpread)*best && (knee == 0 || p.clients < knee) {
+			knee = p.clients
+		}
+	}
+	return knee
 }
+
+// kneeSpread is how near the best throughput per latency a closed loop
+// must come to count as the knee.
+const kneeSpread = 0.05
 
 // poolKnown reports whether the capacity is the pool's, known without
 // measuring: its connections over a call's latency, the CPU playing no
