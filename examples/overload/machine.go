@@ -39,9 +39,6 @@ const (
 	minCalibrationCPU = 0.95
 )
 
-// clockTick is the unit of /proc's CPU times.
-const clockTick = procstat.ClockTick
-
 // cpuTimes is one reading of /proc: the busy and steal time of the
 // server's CPU and of all, and the CPU time of the processes watched.
 type cpuTimes struct {
@@ -72,7 +69,7 @@ func readCPUTimes(cpu int, pids ...int) cpuTimes {
 		var v [8]time.Duration
 		for i := range v {
 			n, _ := strconv.ParseInt(f[i+1], 10, 64)
-			v[i] = time.Duration(n) * clockTick
+			v[i] = time.Duration(n) * procstat.ClockTick
 		}
 		switch f[0] {
 		case "cpu":

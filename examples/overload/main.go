@@ -271,15 +271,20 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		rep.unloadedP50, rep.unloadedP99 = latencies(solo)
 		// Enough clients to keep every connection of the pool busy.
 		clients := max(8, 4*max(1, sc.pool))
-		closed := func() float64 {
-			c.closedLoop(ctx, clients, 300*time.Millisecond, shed.Default)
+		// served is what a closed loop of n clients answered per second
+		// over length.
+		served := func(n int, length time.Duration) float64 {
 			ok := 0
-			for _, s := range c.closedLoop(ctx, clients, 2*d, shed.Default) {
+			for _, s := range c.closedLoop(ctx, n, length, shed.Default) {
 				if s.res == resOK {
 					ok++
 				}
 			}
-			return float64(ok) / (2 * d).Seconds()
+			return float64(ok) / length.Seconds()
+		}
+		closed := func() float64 {
+			c.closedLoop(ctx, clients, 300*time.Millisecond, shed.Default)
+			return served(clients, 2*d)
 		}
 		// The capacity is what every step is judged against: a machine
 		// busy while it is measured makes every figure after it wrong.
@@ -292,21 +297,11 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		// busy, or the capacity reads low (a pool's capacity is known,
 		// below).
 		rep.calibration.saturating = pin.taskset != "" && sc.pool == 0
-		if sc.pool > 0 && !sc.poolKnown() {
-			// The floor's servers: how many clients of a closed loop it
-			// takes to serve the capacity (kneeOf).
-			var points []kneePoint
+		if sc.mixed() {
+			// The floor's servers: the service's knee (kneeOf).
 			for n := 4; n <= 20; n += 2 {
-				ok := 0
-				for _, s := range c.closedLoop(ctx, n, d*2/3, shed.Default) {
-					if s.res == resOK {
-						ok++
-					}
-				}
-				points = append(points, kneePoint{clients: n, throughput: float64(ok) / (d * 2 / 3).Seconds()})
+				rep.kneePoints = append(rep.kneePoints, kneePoint{clients: n, throughput: served(n, d*2/3)})
 			}
-			rep.knee = kneeOf(points)
-			rep.kneePoints = points
 		}
 		rep.capacityChanged = rep.capacity
 		if sc.change != nil {
@@ -350,13 +345,13 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		}
 		rep.calibration = quiet{} // the capacity does not depend on it
 	}
-	if sc.pool > 0 && !sc.poolKnown() {
+	if sc.mixed() {
 		var sweep []string
 		for _, p := range rep.kneePoints {
 			sweep = append(sweep, fmt.Sprintf("%d: %.0f/s", p.clients, p.throughput))
 		}
 		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, the knee of closed loops of %s)",
-			sc.floorServers(rep.knee), strings.Join(sweep, ", "))
+			sc.floorServers(kneeOf(rep.kneePoints)), strings.Join(sweep, ", "))
 	}
 	if rep.calibration.saturating && rep.calibration.known {
 		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
@@ -463,7 +458,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).
 	arr := arrivalsOf(fl.samples)
-	floorServers := sc.floorServers(rep.knee)
+	floorServers := sc.floorServers(kneeOf(rep.kneePoints))
 	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
 		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second))}
 	st.capacity = rep.capacity

@@ -72,10 +72,8 @@ type report struct {
 	// without one).
 	capacityChanged          float64
 	unloadedP50, unloadedP99 time.Duration
-	// knee is how many requests the service works on at once when it
-	// serves its capacity, measured for a service that needs both a pool
-	// and the CPU (kneeOf); 0 for the others.
-	knee       int
+	// kneePoints are the closed loops that find the knee of a service
+	// that needs both a pool and the CPU (kneeOf); none for the others.
 	kneePoints []kneePoint
 	// calibration is how quiet the machine was while the capacity was
 	// measured.

@@ -111,13 +111,17 @@ func (sc scenario) serverArgs() []string {
 // knee, measured (kneeOf), is.
 func (sc scenario) floorServers(knee int) int {
 	switch {
-	case sc.pool == 0:
-		return 1
-	case sc.work == 0:
+	case sc.mixed():
+		return max(1, knee)
+	case sc.pool > 0:
 		return sc.pool
 	}
-	return max(1, knee)
+	return 1
 }
+
+// mixed reports whether the service needs both a downstream pool and the
+// CPU: its capacity is measured, not the pool's, and its knee too.
+func (sc scenario) mixed() bool { return sc.pool > 0 && sc.work > 0 }
 
 // kneePoint is what a closed loop of clients clients served per second.
 type kneePoint struct {
@@ -168,7 +172,7 @@ const kneeSpread = 0.05
 // poolKnown reports whether the capacity is the pool's, known without
 // measuring: its connections over a call's latency, the CPU playing no
 // part.
-func (sc scenario) poolKnown() bool { return sc.pool > 0 && sc.work == 0 }
+func (sc scenario) poolKnown() bool { return sc.pool > 0 && !sc.mixed() }
 
 // slowDownstream makes every server's downstream dropFactor times slower.
 func slowDownstream(ctx context.Context, _ scenarioEnv, bases []string) (func() (time.Duration, error), error) {
