@@ -36,13 +36,7 @@ func main() {
 	serverCPU := flag.Int("server-cpu", 0, "the CPU the server is pinned to")
 	clientCPU := flag.Int("client-cpu", 1, "the CPU the client is pinned to")
 	flag.Parse()
-	if v := os.Getenv(serveEnv); v != "" {
-		if err := serve(v); err != nil {
-			fmt.Fprintln(os.Stderr, "pollprobe server:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	pinned.Child("pollprobe", serveEnv, serve)
 	if err := run(*busy, *n, *serverCPU, *clientCPU); err != nil {
 		fmt.Fprintln(os.Stderr, "pollprobe:", err)
 		os.Exit(1)

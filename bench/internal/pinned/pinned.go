@@ -77,6 +77,21 @@ func (s *Server) Stop() {
 	s.cmd.Wait()
 }
 
+// Child is the server's side of Start: in a process Start began with key
+// set, it calls serve with key's value and exits, 1 if serve failed (its
+// error printed as name's); in the tool's own process it returns at once.
+func Child(name, key string, serve func(value string) error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return
+	}
+	if err := serve(v); err != nil {
+		fmt.Fprintf(os.Stderr, "%s server: %v\n", name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // Serve listens on a free loopback port, prints its address for Start,
 // and serves h.
 func Serve(h http.Handler) error {
