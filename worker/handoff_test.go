@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"math"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +144,35 @@ func queued(t *testing.T, l *Layer, ctx context.Context, name string, req shed.R
 	}()
 	waitUntil(t, name+" to queue", func() bool { return l.Queued() == n })
 	return done
+}
+
+// Releases hand capacity off only while the CPU reads saturated: at half
+// of that, as on a service whose requests wait on a pool and then burn
+// the CPU, the poll comes when a burst of work ends, and the capacity
+// idled until then (handoff.go). Admissions yield from half already.
+func TestHandOffOnlyWhileTheCPUReadsSaturated(t *testing.T) {
+	var reading atomic.Uint64
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Smoothing: 1},
+		Signal{Name: SignalCPU, Read: func() float64 { return math.Float64frombits(reading.Load()) }})
+	for _, c := range []struct {
+		cpu            float64
+		yield, handOff bool
+	}{
+		{0.2, false, false},
+		{busyAbove, true, false},
+		{0.6, true, false},
+		{cpuSaturated, true, true},
+		{0.9, true, true},
+		{0.3, false, false},
+	} {
+		reading.Store(math.Float64bits(c.cpu))
+		clock.Advance(DefaultInterval)
+		if got := l.busyCPU.Load(); got != c.yield {
+			t.Errorf("CPU reading %v: admissions yield %v, want %v", c.cpu, got, c.yield)
+		}
+		if got := l.handoffOn.Load(); got != c.handOff {
+			t.Errorf("CPU reading %v: releases hand off %v, want %v", c.cpu, got, c.handOff)
+		}
+	}
 }

@@ -38,8 +38,9 @@ type Layer struct {
 	counted bool
 	// busyCPU is set by the sampler while the CPU or the scheduler reads
 	// half its saturation or more: admissions then yield once. handoffOn is
-	// set while, besides, the scheduler is not backlogged: releases then
-	// hand capacity over through the network poller (handoff.go).
+	// set while the CPU or the scheduler reads saturated and the scheduler
+	// is not backlogged: releases then hand capacity over through the
+	// network poller (handoff.go).
 	busyCPU   atomic.Bool
 	handoffOn atomic.Bool
 	// critical is, with the learnt limit, the queue of the protected
@@ -304,7 +305,11 @@ func (l *Layer) tick() {
 	}
 	level := l.ctrl.step(pressure, dt)
 	l.busyCPU.Store(busy)
-	l.handoffOn.Store(busy && !backlogged)
+	// Only a saturated CPU keeps the P from running dry between polls,
+	// which is what a hand-off waits for; one half busy does too, in
+	// bursts, and a hand-off then waits a burst out with the capacity idle
+	// (handoff.go, "Only while saturated").
+	l.handoffOn.Store(saturated && !backlogged)
 	if l.lim != nil {
 		// A saturated CPU (or a backlogged scheduler) cannot serve more
 		// in flight: the learnt limit shrinks until it is not.
@@ -669,10 +674,10 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 }
 
 // handOff grants the queues the capacity a release freed: through the
-// network poller when anybody waits and the CPU reads busy (see
+// network poller when anybody waits and the CPU reads saturated (see
 // handoff.go), else at once. With the CPU idle the poll is not late, and
 // a hand-off would only add a goroutine's wake-up to every queued
-// request's wait. Nor while the scheduler is backlogged (its latency
+// request's wait; with it half busy the poll comes in bursts, late. Nor while the scheduler is backlogged (its latency
 // handoffBacklog times its target): a hand-off then waits for the P to
 // run all that is runnable, and the capacity idles meanwhile. A flood's
 // first moment on a fresh server (thousands of connections opening at
