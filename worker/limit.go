@@ -76,7 +76,11 @@ const minLimitSamples = 24
 // by more requests than it has cores, a pool with every connection busy)
 // latency grows in proportion to the in-flight count, so the limit settles
 // at tolerance × knee + allowance. Below it latency is flat and the limit grows,
-// only while it binds (requests queued over it in the window).
+// only while it binds (requests queued over it in the window). On some
+// services latency rises below the knee too (requests that wait on a
+// pool, then share a CPU); there throughput still rises with in flight,
+// which a queue inside would not let it, and slow start goes on until it
+// stops (followed).
 //
 // The baseline is the no-queue latency. It cannot be re-measured by
 // waiting for a quiet moment (under sustained overload in flight is never
@@ -234,6 +238,17 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink
+	case g < 1 && l.slowStart && bound && followed(prev, inflight, throughput):
+		// Latency rose, but throughput rose with in flight: a queue
+		// inside would have held it. This service's own latency grows
+		// with its load (requests that wait on a pool, then share a
+		// CPU), and it is still below its knee, where throughput stops
+		// rising: its no-queue latency at this in flight is this one.
+		// Ending slow start here left such a service at two thirds of
+		// its capacity until a probe, seconds later (docs/overload.md,
+		// "The mixed scenario, traced").
+		l.base = latency
+		est *= 1.5
 	case g < 1:
 		l.slowStart = false
 		est += 0.5 * (est*g + allowance(est) - est)
@@ -273,6 +288,16 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		l.est = math.Max(math.Max(l.min, l.kneeAbove), math.Min(l.depth*l.est, l.est-1))
 		l.limit.Store(max(int64(l.est), int64(l.min)))
 	}
+}
+
+// followed reports whether throughput followed in flight from the window
+// before, prev: in flight rose by minProbeSpan or more (nearer, the noise
+// of the means is most of it), and throughput by at least followShare of
+// that, on a log scale. Past the knee throughput holds whatever in flight
+// does; below it, it rises in proportion, or nearly.
+func followed(prev windowStat, inflight, throughput float64) bool {
+	return prev.inflight > 0 && prev.throughput > 0 && inflight >= minProbeSpan*prev.inflight &&
+		math.Log(throughput/prev.throughput) >= followShare*math.Log(inflight/prev.inflight)
 }
 
 // allowance is how far past the knee the limit settles: a tenth of it, at
@@ -363,6 +388,12 @@ const (
 	slowerBy = 1.35
 	// steadyWeight is a window's weight in the probe's reference.
 	steadyWeight = 0.3
+	// followShare is the least share of a rise in flight that throughput
+	// must follow, log for log, for slow start to go on through a rise
+	// of latency (followed). On the demonstration's mixed service the
+	// sweep of its knee read 0.97 from 7 to 9 in flight, 0.57 from 9 to
+	// 12 and about 0 past 12, its knee.
+	followShare = 0.5
 )
 
 const (

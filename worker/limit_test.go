@@ -190,3 +190,49 @@ func TestLearntLimitBoundsProtectedWaitsOnceTheirQueueStands(t *testing.T) {
 		}
 	}
 }
+
+// Slow start goes on through a rise of latency while throughput rises with
+// in flight (a service whose requests wait on a pool, then share a CPU:
+// latency grows below the knee too), and ends where throughput stops
+// rising; on a service whose latency is flat to the knee and queues past
+// it, it ends at the knee as before. Each step is one window at the
+// limit, in flight as the service answers it.
+func TestLearntLimitSlowStartGoesOnWhileThroughputFollows(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	// knee 12: below it latency grows 3% for each request in flight over
+	// 4; past it throughput holds and latency grows with in flight.
+	sharedBelow := func(n float64) (latency, throughput float64) {
+		latency = 35 * ms * (1 + 0.03*(min(n, 12)-4))
+		if n > 12 {
+			latency *= n / 12
+		}
+		return latency, n / latency
+	}
+	// knee 12: latency flat below it.
+	flatBelow := func(n float64) (latency, throughput float64) {
+		latency = 35 * ms * max(1, n/12)
+		return latency, n / latency
+	}
+	for _, c := range []struct {
+		name    string
+		service func(float64) (float64, float64)
+	}{
+		{"latency rising below the knee", sharedBelow},
+		{"latency flat below the knee", flatBelow},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(LimitConfig{Initial: 4, Min: 1, Max: DefaultLimitMax, Window: DefaultLimitWindow, Tolerance: DefaultLimitTolerance}, t0)
+			var seen []int64
+			for range 8 {
+				latency, throughput := c.service(float64(l.Limit()))
+				l.mu.Lock()
+				l.update(latency, throughput, true, false)
+				l.mu.Unlock()
+				seen = append(seen, l.Limit())
+			}
+			if got := seen[len(seen)-1]; got < 12 || got > 2*12 {
+				t.Errorf("limit %d after 8 windows (%v), want between the knee, 12, and twice it", got, seen)
+			}
+		})
+	}
+}
