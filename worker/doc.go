@@ -57,7 +57,11 @@
 // throughput stays and latency grows in proportion to k, since the extra
 // work only queues inside. On a CPU shared by every request latency grows
 // from the first request past the CPU count; on a pool it is flat until
-// the pool is full. The best limit is just past the knee.
+// the pool is full. The best limit is just past the knee. Some services'
+// latency rises below the knee too (requests that wait on a pool, then
+// share a CPU), but there throughput still rises with k, which a queue
+// inside would not let it: the limit's first growth, by half a window,
+// goes on through such a rise until throughput stops following k.
 //
 // Every window (at least 100ms, two latencies and two dozen completions)
 // the limit moves toward g × limit + a tenth of it, where g = clamp(1.1 ×
