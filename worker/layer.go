@@ -305,10 +305,10 @@ func (l *Layer) tick() {
 	}
 	level := l.ctrl.step(pressure, dt)
 	l.busyCPU.Store(busy)
-	// Only a saturated CPU keeps the P from running dry between polls,
-	// which is what a hand-off waits for; one half busy does too, in
-	// bursts, and a hand-off then waits a burst out with the capacity idle
-	// (handoff.go, "Only while saturated").
+	// A hand-off is for a CPU kept saturated, whose P never runs dry to
+	// poll. On one half busy the P polls when a burst of work ends, and a
+	// hand-off waits the burst out with the capacity idle (handoff.go,
+	// "Only while saturated").
 	l.handoffOn.Store(saturated && !backlogged)
 	if l.lim != nil {
 		// A saturated CPU (or a backlogged scheduler) cannot serve more
@@ -677,7 +677,8 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 // network poller when anybody waits and the CPU reads saturated (see
 // handoff.go), else at once. With the CPU idle the poll is not late, and
 // a hand-off would only add a goroutine's wake-up to every queued
-// request's wait; with it half busy the poll comes in bursts, late. Nor while the scheduler is backlogged (its latency
+// request's wait; with it half busy the poll comes late, when a burst of
+// work ends. Nor while the scheduler is backlogged (its latency
 // handoffBacklog times its target): a hand-off then waits for the P to
 // run all that is runnable, and the capacity idles meanwhile. A flood's
 // first moment on a fresh server (thousands of connections opening at
