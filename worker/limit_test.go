@@ -221,7 +221,9 @@ func TestLearntLimitSlowStartGoesOnWhileThroughputFollows(t *testing.T) {
 		{"latency flat below the knee", flatBelow},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			l := newLimiter(LimitConfig{Initial: 4, Min: 1, Max: DefaultLimitMax, Window: DefaultLimitWindow, Tolerance: DefaultLimitTolerance}, t0)
+			// The limiter a default layer would have, starting at 4.
+			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 4, Min: 1}}.withDefaults()
+			l := newLimiter(cfg.Limit, t0)
 			var seen []int64
 			for range 8 {
 				latency, throughput := c.service(float64(l.Limit()))
