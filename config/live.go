@@ -293,9 +293,10 @@ const WatchDelay = 100 * time.Millisecond
 // Watch reloads the file when it changes (through its directory, so that
 // editors that replace the file and Kubernetes' ConfigMap symlink swaps are
 // seen) and on SIGHUP, until ctx ends. A change that leaves the content as
-// it was reloads nothing; SIGHUP always reloads. Refused files are logged
-// and counted, as by Reload. It returns ctx's error, or why it could not
-// watch.
+// it was reloads nothing; SIGHUP always reloads. A change made after Open
+// read the file and before Watch began is read too (see WatchPath).
+// Refused files are logged and counted, as by Reload. It returns ctx's
+// error, or why it could not watch.
 func (l *Live) Watch(ctx context.Context) error {
 	return WatchPath(ctx, l.path, func() {
 		data, err := readFile(l.path)

@@ -55,3 +55,24 @@ func TestWatchFollowsTheFileAndSIGHUP(t *testing.T) {
 	a, _ := l.Stats()
 	waitFor("SIGHUP", a+1, func() { syscall.Kill(os.Getpid(), syscall.SIGHUP) })
 }
+
+func TestWatchReadsAChangeMadeBeforeItBegan(t *testing.T) {
+	l, path := open(t, fmt.Sprintf(twoRules, 100), Options{})
+	// Written after Open read the file and before the watch is in place:
+	// no event will tell of it.
+	writeFile(t, path, fmt.Sprintf(twoRules, 101))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Watch(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for a, _ := l.Stats(); a != 1; a, _ = l.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatal("the change made before Watch began was never read")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

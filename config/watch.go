@@ -17,8 +17,11 @@ import (
 // change of a burst (through its directory when path is a file, so that
 // editors that replace the file and Kubernetes' ConfigMap symlink swaps
 // are seen; path itself when it is a directory), and hup on SIGHUP, until
-// ctx ends. Watcher errors go to failed. It returns ctx's error, or why it
-// could not watch. Live.Watch and the rate limit service's reloads run on
+// ctx ends. It also calls changed once, WatchDelay after the watch is in
+// place, because a change made between the caller's read of path and the
+// start of the watch raises no event: changed must therefore skip content
+// that is as it was. Watcher errors go to failed. It returns ctx's error,
+// or why it could not watch. Live.Watch and the rate limit service's reloads run on
 // it.
 func WatchPath(ctx context.Context, path string, changed, hup func(), failed func(error)) error {
 	w, err := fsnotify.NewWatcher()
@@ -36,7 +39,7 @@ func WatchPath(ctx context.Context, path string, changed, hup func(), failed fun
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	var timer <-chan time.Time
+	timer := time.After(WatchDelay)
 	for {
 		select {
 		case <-ctx.Done():

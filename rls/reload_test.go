@@ -1,9 +1,12 @@
 package rls
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
@@ -65,5 +68,46 @@ func TestReloadKeepsCountsAndRefusesBadFiles(t *testing.T) {
 	}
 	if st := ask(t, s, "d", desc("a=x")).Statuses[0]; st.CurrentLimit != nil || st.Code != pb.RateLimitResponse_OK {
 		t.Fatalf("a removed domain: %v", st)
+	}
+}
+
+func TestWatchReadsAChangeMadeBeforeItBegan(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(n int) {
+		t.Helper()
+		if err := os.WriteFile(file, fmt.Appendf(nil, "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: %d}}\n", n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(3)
+	ds, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testServer(t, Config{Domains: ds})
+	// What Watch reads when the file is as New had it is skipped, and not
+	// counted as a reload; SIGHUP's ReloadFrom always reloads.
+	if err := s.reloadFrom(file, false); err != nil {
+		t.Fatal(err)
+	}
+	if a, r := s.ReloadStats(); a != 0 || r != 0 {
+		t.Fatalf("an unchanged file: %d applied, %d refused; want none", a, r)
+	}
+	// After the load, before the watch: no event tells of it.
+	write(7)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Watch(ctx, file) }()
+	for a, _ := s.ReloadStats(); a != 1; a, _ = s.ReloadStats() {
+		if ctx.Err() != nil {
+			t.Fatal("the change made before Watch began was never read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if lim := ask(t, s, "d", desc("a=x")).Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 7 {
+		t.Errorf("limit %d after the watch read the change, want 7", lim)
 	}
 }

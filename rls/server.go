@@ -93,6 +93,7 @@ type Server struct {
 	mu     sync.Mutex // serialises Reload and Close
 	table  atomic.Pointer[table]
 	closed bool
+	rules  []Domain // what table was compiled from, for Watch to skip a file that did not change
 
 	applied, refused atomic.Int64
 
@@ -172,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.table.Store(t)
+	s.rules = cfg.Domains
 	return s, nil
 }
 
@@ -199,6 +201,7 @@ func (s *Server) Reload(domains []Domain) error {
 		return err
 	}
 	s.table.Store(t)
+	s.rules = domains
 	old.close(t)
 	s.cfg.Logger.Info("rls: rules reloaded", "domains", len(t.domains))
 	return nil

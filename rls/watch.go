@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/loadshed/loadshed/config"
 )
@@ -9,8 +10,15 @@ import (
 // ReloadFrom reads path as Load does and gives its rules to Reload. A file
 // with an error is refused, the running rules keep serving, and the error
 // is returned (config.Errors with positions where the file has them).
-func (s *Server) ReloadFrom(path string) error {
+func (s *Server) ReloadFrom(path string) error { return s.reloadFrom(path, true) }
+
+// reloadFrom is ReloadFrom; unless always, rules equal to the running ones
+// are left as they are, neither reloaded nor counted.
+func (s *Server) reloadFrom(path string, always bool) error {
 	ds, err := Load(path)
+	if err == nil && !always && s.running(ds) {
+		return nil
+	}
 	if err == nil {
 		err = s.Reload(ds)
 	}
@@ -23,16 +31,23 @@ func (s *Server) ReloadFrom(path string) error {
 	return nil
 }
 
+func (s *Server) running(ds []Domain) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return reflect.DeepEqual(ds, s.rules)
+}
+
 // ReloadStats reports how many reloads were applied and refused.
 func (s *Server) ReloadStats() (applied, refused int64) { return s.applied.Load(), s.refused.Load() }
 
 // Watch reloads the rules from path (a file, or a directory of
 // envoyproxy/ratelimit files) when it changes, and on SIGHUP, until ctx
-// ends (config.WatchPath). It returns ctx's error, or why it could not
-// watch.
+// ends (config.WatchPath). A change that leaves the rules as they are
+// reloads nothing, so that the read WatchPath makes when it starts costs
+// nothing when the file did not change since New; SIGHUP always reloads.
+// It returns ctx's error, or why it could not watch.
 func (s *Server) Watch(ctx context.Context, path string) error {
-	reload := func() { s.ReloadFrom(path) }
-	return config.WatchPath(ctx, path, reload, reload, func(err error) {
+	return config.WatchPath(ctx, path, func() { s.reloadFrom(path, false) }, func() { s.ReloadFrom(path) }, func(err error) {
 		s.cfg.Logger.Error("rls: watching", "path", path, "err", err)
 	})
 }
