@@ -3,7 +3,6 @@ package concurrency
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
@@ -186,5 +185,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-const unlimited = math.MaxInt64

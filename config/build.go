@@ -74,12 +74,11 @@ func Build(f *File, opts Options) (*Built, error) {
 // builder makes one build, taking the parts of prev whose definitions
 // match instead of making new ones.
 type builder struct {
-	f      *File
-	opts   Options
-	prev   map[string]*part
-	used   map[string]*part
-	out    *Built
-	client redis.UniversalClient
+	f    *File
+	opts Options
+	prev map[string]*part
+	used map[string]*part
+	out  *Built
 }
 
 func build(f *File, opts Options, prev *Built) (out *Built, err error) {

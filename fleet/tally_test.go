@@ -45,7 +45,8 @@ func TestTallyExactAcrossStripes(t *testing.T) {
 	// Stripe 0 holds 2; release them, and stripe 3 gets their room.
 	tl.stripes[0].put(shed.Critical.Index(), 1)
 	tl.stripes[0].put(shed.Critical.Index(), 1)
-	if !take1(tl, 3, shed.Critical.Index()) || !take1(tl, 3, shed.Critical.Index()) {
+	first, second := take1(tl, 3, shed.Critical.Index()), take1(tl, 3, shed.Critical.Index())
+	if !first || !second {
 		t.Fatal("room released on stripe 0 was not available on stripe 3")
 	}
 	for k := range 4 {

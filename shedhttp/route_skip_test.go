@@ -12,12 +12,13 @@ import (
 	"github.com/loadshed/loadshed/shedhttp"
 )
 
-// routeSeer records the route and priority of the last request it saw, and
-// says whether it reads the route (shed.RouteReader) when asked to.
+// routeSeer records the route and priority of the last request it saw;
+// wrapped in readingSeer, it says whether it reads the route
+// (shed.RouteReader).
 type routeSeer struct {
-	reads, says bool
-	route       string
-	prio        shed.Priority
+	reads bool
+	route string
+	prio  shed.Priority
 }
 
 func (l *routeSeer) Name() string { return "seer" }

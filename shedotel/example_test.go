@@ -90,7 +90,7 @@ func ExampleSpanEvents() {
 		for _, a := range e.Attributes {
 			switch a.Key {
 			case "loadshed.layer", "loadshed.priority", "loadshed.result":
-				fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+				fmt.Printf(" %s=%s", a.Key, a.Value.String())
 			}
 		}
 		fmt.Println()

@@ -48,7 +48,7 @@ func TestSpans(t *testing.T) {
 		ev := request.Events()[i]
 		got := map[string]string{}
 		for _, a := range ev.Attributes {
-			got[string(a.Key)] = a.Value.Emit()
+			got[string(a.Key)] = a.Value.String()
 		}
 		if ev.Name != shedotel.DecisionEvent || got["loadshed.layer"] != want.layer || got["loadshed.result"] != want.result ||
 			got["loadshed.priority"] != "sheddable" {

@@ -22,6 +22,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -153,7 +154,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The library's decision counter, same name and labels; the service
 	// holds no lease, so none of the lease series.
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: telemetry.Requests.Prom, Help: telemetry.Requests.Help}, telemetry.Requests.Labels)

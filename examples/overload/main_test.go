@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -192,13 +191,10 @@ func TestScenarios(t *testing.T) {
 // buildOverload builds this command without the race detector into dir;
 // "" when the go command is not at hand or the build fails.
 func buildOverload(t *testing.T, dir string) string {
-	// The go command that runs this test; the one on PATH otherwise.
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		if goCmd, err = exec.LookPath("go"); err != nil {
-			t.Logf("no go command (%v): running in this process", err)
-			return ""
-		}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Logf("no go command (%v): running in this process", err)
+		return ""
 	}
 	bin := filepath.Join(dir, "overload")
 	start := time.Now()

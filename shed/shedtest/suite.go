@@ -329,7 +329,7 @@ func (s *LayerSuite) testChain(t *testing.T) {
 	h.releaseAll()
 	if !s.Frees(shed.Completed) {
 		// A rate limit's capacity comes back only with time: start afresh.
-		l, clock, h = s.fresh(t)
+		l, clock, _ = s.fresh(t)
 		c, err = shed.NewChain(shed.Config{Layers: []shed.Layer{l, after}, Observer: obs, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
