@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -287,3 +288,73 @@ func TestRedisLimitLowered(t *testing.T) {
 }
 
 func redisKey(prefix, alg, key string) string { return redisx.NewKeys(prefix).Key(alg, key) }
+
+// The fixed window writes its window's start in one form (whole seconds,
+// then nanoseconds below 1e9), so that every call in the window writes it
+// alike; a count written by an earlier version, as the writer's second and
+// an offset from it, is still read, and one for another window is not.
+func TestRedisFixedWindowState(t *testing.T) {
+	c := testRedisClient(t)
+	for _, tc := range []struct {
+		name  string
+		limit Limit
+		// The clock and the start of its window, from contractStart (a
+		// whole hour: aligned on a minute and on 1.5s since the epoch).
+		at, start time.Duration
+	}{
+		{"a minute", PerMinute(5), 25*time.Second + 300*time.Millisecond, 0},
+		{"1.5s, not whole seconds", Per(5, 1500*time.Millisecond), 2 * time.Second, 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now, start := contractStart.Add(tc.at), contractStart.Add(tc.start)
+			clk := shedtest.NewClock(now)
+			r := fixedRedis(t, c, clk, FixedWindow, tc.limit, RedisConfig{OverLimitKeys: -1})
+			// The earlier layout: now's second, and the window's start as
+			// nanoseconds from it (negative).
+			offset := now.Sub(start)
+			old := fmt.Sprintf("%d %d 3", now.Unix(), int64(now.Nanosecond())-int64(offset))
+			if err := c.Set(bg, r.RedisKey("old"), old, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := r.Allow(bg, "old", 2); err != nil || !res.Allowed || res.Remaining != 0 {
+				t.Fatalf("Allow(2) over the earlier layout's count of 3 of 5 = %+v, %v; want admitted, 0 left", res, err)
+			}
+			if res, err := r.Allow(bg, "old", 1); err != nil || res.Allowed {
+				t.Fatalf("Allow(1) with the window full = %+v, %v; want denied", res, err)
+			}
+			want := fmt.Sprintf("%d %d 5", start.Unix(), start.Nanosecond())
+			if got := c.Get(bg, r.RedisKey("old")).Val(); got != want {
+				t.Fatalf("state %q, want %q", got, want)
+			}
+			// A count of the window before reads as zero.
+			prev := start.Add(-tc.limit.Period)
+			stale := fmt.Sprintf("%d %d 5", prev.Unix(), prev.Nanosecond())
+			if err := c.Set(bg, r.RedisKey("stale"), stale, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := r.Allow(bg, "stale", 5); err != nil || !res.Allowed {
+				t.Fatalf("Allow(5) over the last window's count = %+v, %v; want admitted", res, err)
+			}
+		})
+	}
+	// Counts from 1e14 up are written in full, not in %.14g.
+	t.Run("a count past 1e14", func(t *testing.T) {
+		clk := shedtest.NewClock(contractStart)
+		q := int64(maxRedisNanos - 1)
+		r := fixedRedis(t, c, clk, FixedWindow, PerMinute(q), RedisConfig{OverLimitKeys: -1})
+		for _, n := range []int64{123456789012345, 3} {
+			if res, err := r.Allow(bg, "big", n); err != nil || !res.Allowed {
+				t.Fatalf("Allow(%d) = %+v, %v", n, res, err)
+			}
+		}
+		if res, err := r.Allow(bg, "big", 1); err != nil || res.Remaining != q-123456789012349 {
+			t.Fatalf("Allow(1) = %+v, %v; want %d left", res, err, q-123456789012349)
+		}
+		if err := r.Refund(bg, "big", 2); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := c.Get(bg, r.RedisKey("big")).Val(), fmt.Sprintf("%d 0 123456789012347", contractStart.Unix()); got != want {
+			t.Fatalf("state %q after a refund, want %q", got, want)
+		}
+	})
+}

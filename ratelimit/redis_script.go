@@ -14,6 +14,8 @@ import (
 var (
 	//go:embed lua/prelude.lua
 	luaPrelude string
+	//go:embed lua/div.lua
+	luaDiv string
 	//go:embed lua/state.lua
 	luaState string
 	//go:embed lua/window.lua
@@ -35,10 +37,10 @@ var (
 // not have it yet, EVAL. Redis runs the whole script on every call, making
 // each local function afresh, so a script holds only the helpers it calls.
 var (
-	scriptBucket        = redisx.NewScript(luaPrelude + luaState + luaBucket)
-	scriptFixedWindow   = redisx.NewScript(luaPrelude + luaState + luaWindow + luaFixedWindow)
-	scriptSlidingWindow = redisx.NewScript(luaPrelude + luaState + luaWindow + luaMuldiv + luaSlidingWindow)
-	scriptSlidingLog    = redisx.NewScript(luaPrelude + luaSlidingLog)
+	scriptBucket        = redisx.NewScript(luaPrelude + luaDiv + luaState + luaBucket)
+	scriptFixedWindow   = redisx.NewScript(luaPrelude + luaWindow + luaFixedWindow)
+	scriptSlidingWindow = redisx.NewScript(luaPrelude + luaDiv + luaState + luaWindow + luaMuldiv + luaSlidingWindow)
+	scriptSlidingLog    = redisx.NewScript(luaPrelude + luaDiv + luaSlidingLog)
 )
 
 func scriptFor(alg Algorithm) *redisx.Script {

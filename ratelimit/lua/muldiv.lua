@@ -1,4 +1,4 @@
--- muldiv, for the sliding window (after prelude.lua, which defines idiv).
+-- muldiv, for the sliding window (after div.lua, which defines idiv).
 
 local two53 = 9007199254740992
 

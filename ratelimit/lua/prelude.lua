@@ -19,8 +19,9 @@
 --
 -- Each call runs the whole script, and every local function is a closure
 -- made afresh: the Go side assembles each algorithm's script from only the
--- pieces it uses (this prelude, then state.lua, window.lua, muldiv.lua as
--- needed, then the body), and the arguments are only those it reads.
+-- pieces it uses (this prelude, then div.lua, state.lua, window.lua,
+-- muldiv.lua as needed, then the body), and the arguments are only those
+-- it reads.
 
 -- TIME then a write needs effect replication: the default since Redis 5,
 -- asked for on older servers.
@@ -40,12 +41,3 @@ else
   local o, s, n = string.match(op, '^(%a) (%d+) (%d+)$')
   op, now_s, now_ns = o, tonumber(s), tonumber(n)
 end
-
--- floor(x / y) for integers below 2^53, immune to the rounding of x / y.
-local function idiv(x, y)
-  local q = math.floor(x / y)
-  if q * y > x then q = q - 1 elseif (q + 1) * y <= x then q = q + 1 end
-  return q
-end
-
-local function cdiv(x, y) return -idiv(-x, y) end

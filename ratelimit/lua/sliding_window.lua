@@ -1,11 +1,6 @@
 -- Sliding window counter: the current aligned window's count plus the
 -- previous window's, weighted by how much of it the last P still covers.
--- Q units per P ns (P_sec whole seconds, or 0).
-local Q = tonumber(ARGV[5])
-local P = tonumber(ARGV[6])
-local P_sec = tonumber(ARGV[7])
-local off = window_offset(P, P_sec)
-local left = P - off
+-- Q, P, off and left come from window.lua.
 -- "s n c p": the window's start, its count, the previous window's count.
 local v = redis.call('GET', key)
 local cur, prev = 0, 0

@@ -1,5 +1,5 @@
--- State kept as one string (after prelude.lua): for the buckets and the
--- windows, not the log.
+-- State kept as one string (after prelude.lua and div.lua): for the
+-- buckets and the sliding window (the fixed window keeps its own, leaner).
 --
 -- The state of the buckets and windows is one string of integers separated
 -- by spaces ("%d %d ..."): one GET to read it, one SET ... PX to write it

@@ -1,12 +1,21 @@
--- Window alignment, for the fixed and sliding windows (after prelude.lua).
+-- The windows' figures and alignment, for the fixed and sliding windows
+-- (after prelude.lua): Q units per P ns (P_sec whole seconds, or 0 when P
+-- is not whole seconds).
+local Q = tonumber(ARGV[5])
+local P = tonumber(ARGV[6])
+local P_sec = tonumber(ARGV[7])
 
--- Nanoseconds since the start of the current aligned window of P ns (P_sec
--- whole seconds, or 0 when P is not whole seconds): windows are aligned to
--- the Unix epoch, as time.Time.Truncate aligns them for periods that divide
--- a day.
-local function window_offset(P, P_sec)
-  if P_sec > 0 then return math.fmod(now_s, P_sec) * 1e9 + now_ns end
+-- off: nanoseconds since the start of the current aligned window; windows
+-- are aligned to the Unix epoch, as time.Time.Truncate aligns them for
+-- periods that divide a day. left: nanoseconds until it ends. Straight
+-- code rather than a function: each local function is a closure made
+-- afresh on every call.
+local off
+if P_sec > 0 then
+  off = math.fmod(now_s, P_sec) * 1e9 + now_ns
+else
   local r = math.fmod(now_s, P)
   for _ = 1, 9 do r = math.fmod(r * 10, P) end
-  return math.fmod(r + now_ns, P)
+  off = math.fmod(r + now_ns, P)
 end
+local left = P - off
