@@ -21,8 +21,8 @@ import (
 // place, because a change made between the caller's read of path and the
 // start of the watch raises no event: changed must therefore skip content
 // that is as it was. Watcher errors go to failed. It returns ctx's error,
-// or why it could not watch. Live.Watch and the rate limit service's reloads run on
-// it.
+// or why it could not watch. Live.Watch and the rate limit service's
+// reloads run on it.
 func WatchPath(ctx context.Context, path string, changed, hup func(), failed func(error)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
