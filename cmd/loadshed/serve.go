@@ -94,7 +94,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	integer(&f.maxMsgBytes, "max-msg-bytes", "LOADSHED_MAX_MSG_BYTES", 1<<20, "largest request accepted, gRPC message or JSON body")
 	integer(&f.maxStreams, "max-streams", "LOADSHED_MAX_STREAMS", 1000, "most concurrent gRPC streams per connection")
-	integer(&f.grpcWorkers, "grpc-workers", "LOADSHED_GRPC_WORKERS", 256, "goroutines kept to run gRPC calls, whose stacks have grown once (0: a new goroutine per call); a call finding none idle gets a new one")
+	integer(&f.grpcWorkers, "grpc-workers", "LOADSHED_GRPC_WORKERS", 128, "goroutines kept to run gRPC calls, whose stacks have grown once (0: a new goroutine per call); a call finding none idle gets a new one")
 	integer(&f.maxDescriptors, "max-descriptors", "LOADSHED_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "most descriptors in one request")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", envDuration("LOADSHED_REDIS_TIMEOUT", 0), "one decision's Redis round trip; past it the local share decides (default the store's) [LOADSHED_REDIS_TIMEOUT]")
 	integer(&f.pipeline, "pipeline", "LOADSHED_PIPELINE", -1, "Redis: send concurrent decisions' scripts together, on this many connections at once (0: one round trip each; default 4 on a single node, 0 on a Cluster or Sentinel, whose retries pipelining turns off)")
@@ -234,7 +234,12 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		grpc.MaxConcurrentStreams(uint32(max(f.maxStreams, 1))),
 		// A new goroutine per call grows its stack on every call (runtime
 		// copystack was 16 % of the service's CPU in exact mode, measured
-		// with pprof); kept workers have grown theirs already.
+		// with pprof); kept workers have grown theirs already. Not too
+		// many, though: idle workers take calls in turn, and the garbage
+		// collector shrinks the stack of each one idle when it runs, so
+		// the more workers, the more calls grow a stack again (128 against
+		// 256: +3.7 % decisions/s at 64 in flight, +5.0 % at 128;
+		// docs/benchmarks.md).
 		grpc.NumStreamWorkers(uint32(max(f.grpcWorkers, 0))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
