@@ -337,6 +337,17 @@ func TestRedisFixedWindowState(t *testing.T) {
 			}
 		})
 	}
+	// An admitted request's answer packs the count left and the reset into
+	// one integer only while that is exact: here it would be past 2^53
+	// (and odd, so a double would round it), and the answer is an array.
+	t.Run("an answer too large to pack", func(t *testing.T) {
+		clk := shedtest.NewClock(contractStart.Add(17123456788 * time.Nanosecond))
+		r := fixedRedis(t, c, clk, FixedWindow, PerMinute(200000), RedisConfig{OverLimitKeys: -1})
+		res, err := r.Allow(bg, "wide", 1)
+		if want := time.Minute - 17123456788*time.Nanosecond; err != nil || !res.Allowed || res.Remaining != 199999 || res.ResetAfter != want {
+			t.Fatalf("Allow(1) = %+v, %v; want admitted, 199999 left, reset in %v", res, err, want)
+		}
+	})
 	// Counts from 1e14 up are written in full, not in %.14g.
 	t.Run("a count past 1e14", func(t *testing.T) {
 		clk := shedtest.NewClock(contractStart)

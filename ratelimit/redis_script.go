@@ -149,11 +149,17 @@ func (r *Redis) call(ctx context.Context, op, rk string, want, takeMax int64) (r
 	n := 4 + copy(f.args[4:], r.args.figures[:r.args.n])
 	args := f.args[:n]
 	// RunOnce: a decision run twice would charge twice, and a refund give
-	// back twice (see redisx.Script). Slice, not Int64Slice, which would
-	// copy the reply into a new []int64.
-	v, err := r.script.RunOnce(ctx, r.client, f.keys[:], args...).Slice()
+	// back twice (see redisx.Script).
+	res, err := r.script.RunOnce(ctx, r.client, f.keys[:], args...).Result()
 	if err != nil {
 		return reply{}, err
+	}
+	if packed, ok := res.(int64); ok && r.alg == FixedWindow {
+		return r.unpack(packed, takeMax), nil
+	}
+	v, ok := res.([]any)
+	if !ok {
+		return reply{}, fmt.Errorf("ratelimit: redis script for %v replied %T, want an array", r.alg, res)
 	}
 	var n6 [6]int64
 	if len(v) != len(n6) {
@@ -166,4 +172,16 @@ func (r *Redis) call(ctx context.Context, op, rk string, want, takeMax int64) (r
 		}
 	}
 	return reply{allowed: n6[0] == 1, taken: n6[1], remaining: n6[2], retry: n6[3], reset: n6[4], retry1: n6[5]}, nil
+}
+
+// unpack reads the fixed window's reply to an admitted request that took
+// takeMax: one integer, remaining × (P + 1) + reset in ns, instead of an
+// array, which costs the server 0.7 µs more (fixed_window.lua).
+func (r *Redis) unpack(packed, takeMax int64) reply {
+	p1 := int64(r.limit.Period) + 1
+	rep := reply{allowed: true, taken: takeMax, remaining: packed / p1, reset: packed % p1}
+	if rep.remaining < 1 {
+		rep.retry1 = rep.reset
+	}
+	return rep
 }

@@ -60,6 +60,13 @@ if take >= want then
     redis.call('DEL', key)
     left = 0
   end
+  -- The common answer, admitted and all taken that could be, as one
+  -- integer: remaining * (P + 1) + left, exact below 2^52 (ratelimit's
+  -- unpack). An array costs the server 0.7 µs more, an eighth of the
+  -- script; the caller knows what it took, and retry1 follows.
+  if take == take_max and remaining * (P + 1) + left < 4503599627370496 then
+    return remaining * (P + 1) + left
+  end
   local retry1 = 0
   if remaining < 1 then retry1 = left end
   return {1, take, remaining, 0, left, retry1}

@@ -11,7 +11,8 @@
 -- ARGV[5…] the algorithm's figures, named at the top of its body
 --
 -- Replies {allowed, taken, remaining, retry_ns, reset_ns, retry1_ns}, where
--- retry1_ns is how long until a single unit would be admitted.
+-- retry1_ns is how long until a single unit would be admitted (the fixed
+-- window answers its common case with one integer: see there).
 --
 -- Lua numbers are doubles: every figure here is kept below 2^53 by working
 -- in nanoseconds relative to now, and every number written back to Redis is
