@@ -19,13 +19,7 @@ func TestWatchFollowsTheFileAndSIGHUP(t *testing.T) {
 	defer signal.Stop(hup)
 
 	l, path := open(t, fmt.Sprintf(twoRules, 100), Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Watch(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer watch(l)()
 	waitFor := func(what string, applied int64, poke func()) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -61,18 +55,24 @@ func TestWatchReadsAChangeMadeBeforeItBegan(t *testing.T) {
 	// Written after Open read the file and before the watch is in place:
 	// no event will tell of it.
 	writeFile(t, path, fmt.Sprintf(twoRules, 101))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Watch(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer watch(l)()
 	deadline := time.Now().Add(10 * time.Second)
 	for a, _ := l.Stats(); a != 1; a, _ = l.Stats() {
 		if time.Now().After(deadline) {
 			t.Fatal("the change made before Watch began was never read")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// watch runs l.Watch until the function it returns is called, which
+// waits for Watch to end.
+func watch(l *Live) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Watch(ctx) }()
+	return func() {
+		cancel()
+		<-done
 	}
 }
