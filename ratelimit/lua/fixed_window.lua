@@ -30,51 +30,48 @@ if v then
   end
 end
 
--- A count is written by concatenation, in %.14g, which rounds from 1e14.
+-- A refund gives back to this window's count, an admission takes from it;
+-- either writes it below.
+local take = 0
 if op == 'r' then
-  if count > 0 then
-    count = count - want
-    if count <= 0 then
-      redis.call('DEL', key)
-    else
-      local c = count
-      if c >= 1e14 then c = string.format('%d', c) end
-      redis.call('SET', key, id .. c, 'PX', math.ceil(left / 1e6) + slack)
-    end
+  if count <= 0 then return {1, 0, 0, 0, 0, 0} end
+  count = count - want
+else
+  local free = Q - count
+  take = take_max
+  if free < take then take = free end
+  if take < want then
+    local reset = 0
+    if count > 0 then reset = left end
+    local retry1 = 0
+    if free < 1 then retry1 = left end
+    -- A limit lowered since the units were taken can leave more than Q.
+    if free < 0 then free = 0 end
+    return {0, 0, free, left, reset, retry1}
   end
-  return {1, 0, 0, 0, 0, 0}
+  count = count + take
 end
 
-local free = Q - count
-local take = take_max
-if free < take then take = free end
-if take >= want then
-  count = count + take
-  local remaining = Q - count
-  if count > 0 then
-    local c = count
-    if c >= 1e14 then c = string.format('%d', c) end
-    redis.call('SET', key, id .. c, 'PX', math.ceil(left / 1e6) + slack)
-  else
-    -- Empty: nothing to keep, and nothing to reset.
-    redis.call('DEL', key)
-    left = 0
-  end
-  -- The common answer, admitted and all taken that could be, as one
-  -- integer: remaining * (P + 1) + left, exact below 2^52 (ratelimit's
-  -- unpack). An array costs the server 0.7 µs more, an eighth of the
-  -- script; the caller knows what it took, and retry1 follows.
-  if take == take_max and remaining * (P + 1) + left < 4503599627370496 then
-    return remaining * (P + 1) + left
-  end
-  local retry1 = 0
-  if remaining < 1 then retry1 = left end
-  return {1, take, remaining, 0, left, retry1}
+-- Kept until the window ends, or dropped once empty (nothing to keep, and
+-- nothing to reset). A count is written by concatenation, in %.14g, which
+-- rounds from 1e14.
+if count > 0 then
+  local c = count
+  if c >= 1e14 then c = string.format('%d', c) end
+  redis.call('SET', key, id .. c, 'PX', math.ceil(left / 1e6) + slack)
+else
+  redis.call('DEL', key)
+  left = 0
 end
-local reset = 0
-if count > 0 then reset = left end
+if op == 'r' then return {1, 0, 0, 0, 0, 0} end
+
+-- The common answer, admitted and all taken that could be, as one
+-- integer: remaining * (P + 1) + left, exact below 2^52 (ratelimit's
+-- unpack). An array costs the server 0.7 µs more, an eighth of the
+-- script; the caller knows what it took, and retry1 follows.
+local remaining = Q - count
+local packed = remaining * (P + 1) + left
+if take == take_max and packed < 4503599627370496 then return packed end
 local retry1 = 0
-if free < 1 then retry1 = left end
--- A limit lowered since the units were taken can leave more than Q.
-if free < 0 then free = 0 end
-return {0, 0, free, left, reset, retry1}
+if remaining < 1 then retry1 = left end
+return {1, take, remaining, 0, left, retry1}
