@@ -301,14 +301,18 @@ func TestRedisFixedWindowState(t *testing.T) {
 		// The clock and the start of its window, from contractStart (a
 		// whole hour: aligned on a minute and on 1.5s since the epoch).
 		at, start time.Duration
+		// The TTL slack in ms: the default 1, or fixedRedis's minute.
+		slack int64
 	}{
-		{"a minute", PerMinute(5), 25*time.Second + 300*time.Millisecond, 0},
-		{"1.5s, not whole seconds", Per(5, 1500*time.Millisecond), 2 * time.Second, 1500 * time.Millisecond},
+		{"a second", PerSecond(5), 300 * time.Millisecond, 0, 1},
+		{"a minute", PerMinute(5), 25*time.Second + 300*time.Millisecond, 0, 60000},
+		{"1.5s, not whole seconds", Per(5, 1500*time.Millisecond), 2 * time.Second, 1500 * time.Millisecond, 60000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now, start := contractStart.Add(tc.at), contractStart.Add(tc.start)
 			clk := shedtest.NewClock(now)
 			r := fixedRedis(t, c, clk, FixedWindow, tc.limit, RedisConfig{OverLimitKeys: -1})
+			r.setTTLSlack(tc.slack)
 			// The earlier layout: now's second, and the window's start as
 			// nanoseconds from it (negative).
 			offset := now.Sub(start)
@@ -325,6 +329,13 @@ func TestRedisFixedWindowState(t *testing.T) {
 			want := fmt.Sprintf("%d %d 5", start.Unix(), start.Nanosecond())
 			if got := c.Get(bg, r.RedisKey("old")).Val(); got != want {
 				t.Fatalf("state %q, want %q", got, want)
+			}
+			// Kept to the window's end, rounded up to the millisecond,
+			// and the slack; the real time since the write has taken a
+			// little off.
+			px := (start.Add(tc.limit.Period).Sub(now)+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Duration(tc.slack)*time.Millisecond
+			if ttl := c.PTTL(bg, r.RedisKey("old")).Val(); ttl > px || ttl < px-500*time.Millisecond {
+				t.Fatalf("TTL %v, want %v less the time since", ttl, px)
 			}
 			// A count of the window before reads as zero.
 			prev := start.Add(-tc.limit.Period)

@@ -3,8 +3,8 @@
 -- (seconds, nanoseconds past them). T is the emission interval,
 -- Period/Quantity rounded up to a nanosecond as the in-memory store rounds
 -- it, so both stores give the same figures; tau = Burst * T.
-local tau = tonumber(ARGV[5])
-local T = tonumber(ARGV[6])
+local tau = ARGV[5] + 0
+local T = ARGV[6] + 0
 local v = redis.call('GET', key)
 local tat = 0
 if v then

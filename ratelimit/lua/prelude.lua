@@ -30,15 +30,26 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local key = KEYS[1]
 local op = ARGV[1]
-local want = tonumber(ARGV[2])
-local take_max = tonumber(ARGV[3])
-local slack = tonumber(ARGV[4])
-local now_s, now_ns
+-- Every figure is a string to convert, and conversions are much of a
+-- lean script's cost on Redis 7: x + 0 converts as tonumber(x) does at
+-- half its cost (0.05 against 0.1 µs: no function call), and the usual
+-- figures (take_max = want, a slack of 1 ms) are recognised as strings,
+-- which Lua compares by reference.
+local want = ARGV[2] + 0
+local take_max = want
+if ARGV[3] ~= ARGV[2] then take_max = ARGV[3] + 0 end
+local slack = 1
+if ARGV[4] ~= '1' then slack = ARGV[4] + 0 end
+-- now_sec: the whole seconds as the server wrote them, which a script may
+-- store as they are rather than format now_s again (0.26 µs).
+local now_s, now_ns, now_sec
 if #op == 1 then
   local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_ns = tonumber(t[2]) * 1000
+  now_sec = t[1]
+  now_s = now_sec + 0
+  now_ns = t[2] * 1000
 else
   local o, s, n = string.match(op, '^(%a) (%d+) (%d+)$')
   op, now_s, now_ns = o, tonumber(s), tonumber(n)
+  now_sec = now_s .. ''
 end

@@ -4,8 +4,8 @@
 -- An instant between two microseconds (only a test's fixed clock has them)
 -- is stamped with the later one, so a unit never expires early.
 -- Q units per P ns.
-local Q = tonumber(ARGV[5])
-local P = tonumber(ARGV[6])
+local Q = ARGV[5] + 0
+local P = ARGV[6] + 0
 local sub = math.fmod(now_ns, 1000)
 local now_us = now_s * 1e6 + (now_ns - sub) / 1000
 local stamp_us = now_us

@@ -1,9 +1,10 @@
 -- The windows' figures and alignment, for the fixed and sliding windows
 -- (after prelude.lua): Q units per P ns (P_sec whole seconds, or 0 when P
 -- is not whole seconds).
-local Q = tonumber(ARGV[5])
-local P = tonumber(ARGV[6])
-local P_sec = tonumber(ARGV[7])
+local Q = ARGV[5] + 0
+local P_sec = ARGV[7] + 0
+local P
+if P_sec > 0 then P = P_sec * 1e9 else P = ARGV[6] + 0 end
 
 -- off: nanoseconds since the start of the current aligned window; windows
 -- are aligned to the Unix epoch, as time.Time.Truncate aligns them for
