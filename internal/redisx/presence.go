@@ -52,6 +52,11 @@ type Presence struct {
 	timer  shed.Timer
 	refs   int
 	closed bool
+	// ticking counts the refreshes under way, which the last leave waits
+	// for: one that landed after the member's removal would bring it back
+	// for 3 × every, and one still running after Close would use a client
+	// its owner may be closing.
+	ticking sync.WaitGroup
 }
 
 var presences struct {
@@ -65,11 +70,12 @@ type presenceKey struct {
 }
 
 // JoinPresence returns the presence of this process in the set key on
-// client, started on first use (on the system clock: presence is wall
-// time in Redis, whatever clock the layer decides with) (refreshing every, DefaultPresenceEvery
-// when 0) and shared by every layer that joins the same set, so that the
-// process counts once. The layer calls leave once, on Close; the last
-// leave removes the member.
+// client, refreshed every every (DefaultPresenceEvery when 0) from first
+// use, on the system clock (presence is wall time in Redis, whatever clock
+// the layer decides with), and shared by every layer that joins the same
+// set, so that the process counts once. The layer calls leave once, on
+// Close; the last leave waits for a refresh under way, then removes the
+// member, so that once it returns the presence no longer uses client.
 func JoinPresence(client redis.UniversalClient, key string, every time.Duration) (p *Presence, leave func()) {
 	clock := shed.SystemClock
 	if every <= 0 {
@@ -143,11 +149,15 @@ func (p *Presence) Refresh(ctx context.Context) (int, error) {
 
 func (p *Presence) tick() {
 	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return // a refresh racing the last leave may still land: it expires after 3 × every
+	if p.closed {
+		p.mu.Unlock()
+		return
 	}
+	// Added under mu, before stop can mark the presence closed, so that
+	// stop's Wait sees it.
+	p.ticking.Add(1)
+	p.mu.Unlock()
+	defer p.ticking.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.every/2, DefaultTimeout))
 	_, _ = p.Refresh(ctx)
 	cancel()
@@ -165,6 +175,7 @@ func (p *Presence) stop() {
 		p.timer.Stop()
 	}
 	p.mu.Unlock()
+	p.ticking.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.every/2, DefaultTimeout))
 	defer cancel()
 	_ = presenceScript.Run(ctx, p.client, []string{p.key}, p.id, p.ttlArg, "0").Err()

@@ -3,6 +3,7 @@ package redisx
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +130,71 @@ func TestPresenceCountsLiveInstances(t *testing.T) {
 	ctx := context.Background()
 	if n, err := b.Refresh(ctx); err != nil || n != 1 {
 		t.Fatalf("after one left: %d, %v", n, err)
+	}
+}
+
+// presenceGate holds this instance's refreshes of one set until released,
+// and notes a removal sent while one was held.
+type presenceGate struct {
+	key                       string
+	held, release             chan struct{}
+	holding, removedMidFlight atomic.Bool
+}
+
+func (g *presenceGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *presenceGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *presenceGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 7 && a[3] == g.key {
+			switch a[6] {
+			case "1":
+				if g.holding.CompareAndSwap(false, true) {
+					close(g.held)
+					<-g.release
+					err := next(ctx, cmd)
+					g.holding.Store(false)
+					return err
+				}
+			case "0":
+				if g.holding.Load() {
+					g.removedMidFlight.Store(true)
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// The last leave waits for a refresh under way before it removes the
+// member: removed first, the member came back with the refresh, and the
+// refresh used the client after Close had returned (go-redis logged
+// "Unexpected conn state changed by hook to CLOSED" when the owner closed
+// the client right after).
+func TestPresenceLeaveWaitsForARefresh(t *testing.T) {
+	c := testClient(t)
+	key := NewKeys(redistest.Prefix(t)).Fixed(PresenceName)
+	g := &presenceGate{key: key, held: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(g)
+	p, leave := JoinPresence(c, key, 20*time.Millisecond)
+	<-g.held // the first refresh, held
+	left := make(chan struct{})
+	go func() { leave(); close(left) }()
+	// A leave that does not wait removes the member at once; give it the
+	// time to show that, then let the refresh go.
+	select {
+	case <-left:
+		t.Fatal("leave returned while a refresh was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if g.removedMidFlight.Load() {
+		t.Fatal("leave removed the member while a refresh was under way")
+	}
+	close(g.release)
+	<-left
+	if n := c.ZCard(context.Background(), key).Val(); n != 0 {
+		t.Fatalf("%d members after the last leave, want 0 (%s)", n, p.ID())
 	}
 }
 
