@@ -70,6 +70,10 @@ type RedisLayer struct {
 
 	// flushing holds a token while a flush of pending runs.
 	flushing chan struct{}
+	// background counts the renewer's ticks and prompt flushes under way,
+	// added under mu while not closed: Close waits for them, so that none
+	// uses the client once it has returned.
+	background sync.WaitGroup
 
 	stats redisStats
 }
@@ -252,6 +256,7 @@ func (r *RedisLayer) Close() error {
 		}
 	}
 	r.mu.Unlock()
+	r.background.Wait()
 	if r.leave != nil {
 		r.leave()
 	}

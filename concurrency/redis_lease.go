@@ -70,7 +70,13 @@ func (r *RedisLayer) retryLater(e *redisLease) {
 func (r *RedisLayer) flushNow() {
 	r.mu.Lock()
 	r.soon = false
+	if r.closed {
+		r.mu.Unlock()
+		return // Close flushes what is pending
+	}
+	r.background.Add(1)
 	r.mu.Unlock()
+	defer r.background.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), max(r.timeout, 100*time.Millisecond))
 	err := r.flush(ctx)
 	cancel()
@@ -90,7 +96,9 @@ func (r *RedisLayer) tick() {
 		r.mu.Unlock()
 		return
 	}
+	r.background.Add(1)
 	r.mu.Unlock()
+	defer r.background.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), max(r.renewEvery/2, r.timeout))
 	r.flush(ctx)
 	r.renew(ctx)

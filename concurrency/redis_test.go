@@ -647,6 +647,60 @@ func TestRedisLargeCosts(t *testing.T) {
 	}
 }
 
+// renewGate holds the renewer's pipelines until released.
+type renewGate struct {
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *renewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && a[1] == renewScript.Hash() {
+				g.once.Do(func() { close(g.held) })
+				<-g.release
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Close waits for a renewal under way: returned first, the renewer went on
+// using the client its owner may close next.
+func TestRedisCloseWaitsForTheRenewer(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	c := newClient(t)
+	g := &renewGate{held: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(g)
+	r := mustNewRedis(t, c, RedisConfig{Config: Config{Limit: 5, Clock: clock}, Prefix: redistest.Prefix(t),
+		TTL: 3 * time.Second, RenewEvery: time.Second, ExpectedInstances: 1})
+	if _, err := r.Acquire(context.Background(), shed.Request{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	ticked := make(chan struct{})
+	go func() { clock.Advance(time.Second); close(ticked) }()
+	<-g.held
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	// A Close that does not wait returns at once; give it the time to
+	// show that, then let the renewal go.
+	select {
+	case <-closed:
+		close(g.release)
+		t.Fatal("Close returned while a renewal was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(g.release)
+	<-closed
+	<-ticked
+	if n := zcard(t, c, r.OverallKey()); n != 0 {
+		t.Fatalf("%d leases left after Close", n)
+	}
+}
+
 // TestRedisLostLease: a lease whose renewals stopped for longer than the
 // TTL is gone; the next renewal finds it gone, stops renewing it and counts
 // it, and its release is harmless.
