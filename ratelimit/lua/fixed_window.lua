@@ -14,7 +14,7 @@ if P_sec == 1 then
   -- The start is this very second, as the server wrote it.
   id = now_sec .. ' 0 '
 elseif P_sec > 0 then
-  id = string.format('%d 0 ', now_s - math.fmod(now_s, P_sec))
+  id = string.format('%d 0 ', now_s - off_s)
 else
   local ws, wn = now_s, now_ns - off
   if wn < 0 then
