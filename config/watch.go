@@ -20,7 +20,8 @@ import (
 // ctx ends. It also calls changed once, WatchDelay after the watch is in
 // place, because a change made between the caller's read of path and the
 // start of the watch raises no event: changed must therefore skip content
-// that is as it was. Watcher errors go to failed. It returns ctx's error,
+// that is as it was. Watcher errors go to failed, and so does a panic of
+// changed or hup, after which the watch goes on. It returns ctx's error,
 // or why it could not watch. Live.Watch and the rate limit service's
 // reloads run on it.
 func WatchPath(ctx context.Context, path string, changed, hup func(), failed func(error)) error {
@@ -45,7 +46,7 @@ func WatchPath(ctx context.Context, path string, changed, hup func(), failed fun
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sig:
-			hup()
+			survive(path, hup, failed)
 		case ev, ok := <-w.Events:
 			if !ok {
 				return errors.New("config: the file watcher stopped")
@@ -62,7 +63,19 @@ func WatchPath(ctx context.Context, path string, changed, hup func(), failed fun
 			failed(err)
 		case <-timer:
 			timer = nil
-			changed()
+			survive(path, changed, failed)
 		}
 	}
+}
+
+// survive runs a reload, turning its panic into an error for failed: a
+// reader that fails on a file must not end the watch, nor the process
+// serving the rules it already has.
+func survive(path string, reload func(), failed func(error)) {
+	defer func() {
+		if r := recover(); r != nil {
+			failed(fmt.Errorf("config: reloading %s failed: %v", path, r))
+		}
+	}()
+	reload()
 }

@@ -80,7 +80,7 @@ func IsEnvoyConfig(path string) bool {
 		return false
 	}
 	var top map[string]any
-	if yaml.Unmarshal(data, &top) != nil {
+	if unmarshalYAML(data, &top) != nil {
 		return false
 	}
 	_, domain := top["domain"]
@@ -144,12 +144,12 @@ func LoadEnvoyConfig(path string) ([]Domain, error) {
 // duplicate entry, an unknown unit, a unit with unlimited, a bad replaces)
 // and what loadshed's additions make wrong.
 func ParseEnvoyConfig(name string, data []byte) (Domain, config.Errors) {
-	file, err := parser.ParseBytes(data, 0)
+	file, err := parseYAML(data)
 	if err != nil {
 		return Domain{}, config.Errors{yamlError(name, err)}
 	}
 	var root yamlRoot
-	if err := yaml.UnmarshalWithOptions(data, &root, yaml.Strict()); err != nil {
+	if err := unmarshalYAML(data, &root, yaml.Strict()); err != nil {
 		return Domain{}, config.Errors{yamlError(name, err)}
 	}
 	p := &envoyParser{name: name, file: file}
@@ -337,10 +337,41 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 // and far from every overflow.
 const maxPeriod = 100 * 365 * 24 * time.Hour
 
+// errYAMLPanic is what a panic of the YAML library becomes: a file
+// that makes it fail is refused, at its first line, rather than taking the
+// process down with it.
+var errYAMLPanic = errors.New("the YAML library failed on this file")
+
+// parseYAML is parser.ParseBytes, with the library's panics on malformed
+// input turned into errors.
+func parseYAML(data []byte) (f *ast.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, err = nil, fmt.Errorf("%w: %v", errYAMLPanic, r)
+		}
+	}()
+	return parser.ParseBytes(data, 0)
+}
+
+// unmarshalYAML is yaml.UnmarshalWithOptions, with the library's panics
+// turned into errors.
+func unmarshalYAML(data []byte, v any, opts ...yaml.DecodeOption) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errYAMLPanic, r)
+		}
+	}()
+	return yaml.UnmarshalWithOptions(data, v, opts...)
+}
+
 // yamlError turns a YAML syntax or type error into a config.Error at its
 // position.
 func yamlError(name string, err error) *config.Error {
 	e := &config.Error{File: name, Msg: err.Error()}
+	if errors.Is(err, errYAMLPanic) {
+		e.Line, e.Column = 1, 1
+		return e
+	}
 	var te interface {
 		GetToken() *token.Token
 		GetMessage() string

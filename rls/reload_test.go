@@ -111,3 +111,32 @@ func TestWatchReadsAChangeMadeBeforeItBegan(t *testing.T) {
 		t.Errorf("limit %d after the watch read the change, want 7", lim)
 	}
 }
+
+// The file that made the YAML library panic is refused with a position.
+func TestParseEnvoyConfigRefusesAFileThatPanicsTheParser(t *testing.T) {
+	data, err := os.ReadFile("testdata/hostile/crash.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs := ParseEnvoyConfig("crash.yaml", data)
+	if len(errs) == 0 {
+		t.Fatal("accepted")
+	}
+	for _, e := range errs {
+		if e.File != "crash.yaml" || e.Line == 0 || e.Column == 0 {
+			t.Errorf("error without a position: %v", e)
+		}
+	}
+	if _, err := Load(writeTemp(t, "crash.yaml", data)); err == nil {
+		t.Error("Load accepted it")
+	}
+}
+
+func writeTemp(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -217,6 +217,11 @@ func TestCheckEnvoyFiles(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "bad.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'") || !strings.Contains(errOut, "bad.yaml: 3 errors") {
 		t.Errorf("check of a bad file: exit %d\n%s", code, errOut)
 	}
+	// A file that made the YAML library panic: an error, not a stack trace.
+	code, _, errOut = runCmd("check", "../../rls/testdata/hostile/crash.yaml")
+	if code != 1 || !strings.Contains(errOut, "crash.yaml:1:1:") || strings.Contains(errOut, "goroutine") {
+		t.Errorf("check of a file that panicked the parser: exit %d\n%s", code, errOut)
+	}
 }
 
 func TestServeUsage(t *testing.T) {
@@ -313,5 +318,49 @@ func TestServeGRPCWorkers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A file that made the YAML library panic, written into the watched
+// directory of a running server: the server refuses it and goes on
+// answering with the rules it had.
+func TestServeSurvivesAFileThatPanicsTheParser(t *testing.T) {
+	hostile, err := os.ReadFile("../../rls/testdata/hostile/crash.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(file, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, h, logs := startServe(t, "-config", dir)
+	client := pb.NewRateLimitServiceClient(dial(t, g))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	limitOf := func() uint32 {
+		r, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if l := limitOf(); l != 5 {
+		t.Fatalf("limit %d, want 5", l)
+	}
+	if err := os.WriteFile(file, hostile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(get(t, "http://"+h+"/metrics"), "loadshed_rls_reloads_refused_total 1") {
+		if ctx.Err() != nil {
+			t.Fatalf("the file was never refused; logs:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := limitOf(); l != 5 {
+		t.Fatalf("after the hostile file, limit %d, want 5 (the running rules)", l)
+	}
+	if !strings.Contains(logs.String(), "api.yaml:") {
+		t.Errorf("the refusal does not place the error:\n%s", logs)
 	}
 }
