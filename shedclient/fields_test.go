@@ -117,3 +117,12 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParseLimits(b *testing.B) {
+	lines := []string{`"default";r=50;t=30, "burst";r=3;t=1`, `"per-user";r=0;t=12;pk=:dXNlcjE=:`}
+	dst := make([]limitItem, 0, maxItems)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = parseLimits(lines, dst[:0])
+	}
+}
