@@ -1,21 +1,21 @@
 package config
 
-// The gRPC side: the file's grpc section, for package shedgrpc. Apart
-// from the HTTP side so that each is one file to change when its front
-// end's API does.
+// The gRPC side: the file's grpc section, for package shedgrpc. It is
+// checked here, with the rest of the file, and applied by package
+// configgrpc, so that a service speaking only HTTP does not link gRPC.
 
 import (
+	"errors"
 	"sort"
 	"strconv"
 
-	"google.golang.org/grpc"
-
+	"github.com/loadshed/loadshed/internal/grpcmethod"
 	"github.com/loadshed/loadshed/shed"
-	"github.com/loadshed/loadshed/shedgrpc"
 )
 
-// GRPC configures the gRPC interceptors (shedgrpc.Config). Callers' proxies
-// are the http section's TrustedProxies.
+// GRPC configures the gRPC interceptors (shedgrpc.Config, applied by
+// configgrpc.Config). Callers' proxies are the http section's
+// TrustedProxies.
 type GRPC struct {
 	// KeyMetadata, when set, keys calls on that metadata's value
 	// ("x-api-key"); default: the caller's address.
@@ -42,41 +42,9 @@ func (c *checker) grpc(g *GRPC) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if _, err := shedgrpc.ParseMethodPriorities(map[string]string{k: g.Priorities[k].String()}); err != nil {
-			c.errorf("grpc.priorities["+strconv.Quote(k)+"]", nil, "%v", err)
+		var ke *grpcmethod.KeyError
+		if _, err := grpcmethod.Compile(map[string]shed.Priority{k: g.Priorities[k]}, shed.Default); errors.As(err, &ke) {
+			c.errorf("grpc.priorities["+strconv.Quote(k)+"]", nil, "%s", ke.Why)
 		}
 	}
-}
-
-// GRPCConfig returns base with the file's grpc section applied, and the
-// http section's trusted proxies.
-func (b *Built) GRPCConfig(base shedgrpc.Config) shedgrpc.Config {
-	cfg := base
-	if b.File == nil {
-		return cfg
-	}
-	g := &b.File.GRPC
-	if g.KeyMetadata != "" {
-		cfg.Key = shedgrpc.KeyMetadata(g.KeyMetadata)
-	}
-	if len(b.File.HTTP.TrustedProxies) > 0 {
-		cfg.ClientIP.TrustedProxies = b.File.HTTP.TrustedProxies
-	}
-	if g.DefaultPriority.Valid() {
-		cfg.DefaultPriority = g.DefaultPriority
-	}
-	if len(g.Priorities) > 0 {
-		cfg.Priorities = make(shedgrpc.MethodPriorities, len(g.Priorities))
-		for k, p := range g.Priorities {
-			cfg.Priorities[k] = p
-		}
-	}
-	return cfg
-}
-
-// GRPCServerOptions returns the options that run every call of a gRPC
-// server through b's chain, configured by the file's grpc section over
-// base: grpc.NewServer(opts...).
-func (b *Built) GRPCServerOptions(base shedgrpc.Config) ([]grpc.ServerOption, error) {
-	return shedgrpc.ServerOptions(b.Chain, b.GRPCConfig(base))
 }

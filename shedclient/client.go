@@ -27,7 +27,8 @@
 //
 // Whatever a server sends (negative, huge, malformed values, dates in the
 // past or in the year 9999), the client never waits past the request's
-// deadline or Config.MaxWait, and never panics.
+// deadline or Config.MaxWait, never holds more than Config.MaxMemory of
+// what servers told it, and never panics.
 package shedclient
 
 import (
@@ -36,6 +37,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,7 @@ const (
 	DefaultBackoff     = 50 * time.Millisecond
 	DefaultMaxWait     = 10 * time.Second
 	DefaultMaxBlock    = 5 * time.Minute
+	DefaultMaxMemory   = 8 << 20
 )
 
 // Config configures a Client. The zero value is usable: every field has a
@@ -79,6 +82,14 @@ type Config struct {
 	// MaxBlock bounds how long a spent quota is remembered, whatever the
 	// server said (default 5 minutes).
 	MaxBlock time.Duration
+	// MaxMemory bounds, in bytes, what the client remembers of all its
+	// destinations together: their counters, their scopes, the policies
+	// and partition keys the servers named and which of them are spent
+	// (default 8 MiB). Past it, what was used least recently is forgotten
+	// first, which costs at most a request the server refuses: the client
+	// learns again from its answer. The bytes are estimated on the high
+	// side, so that the heap the client holds stays within the bound.
+	MaxMemory int64
 	// NoWait makes requests under a spent quota fail at once with a
 	// *QuotaError instead of waiting for it.
 	NoWait bool
@@ -89,8 +100,8 @@ type Config struct {
 	// are remembered apart (a route group, a user whose quota is
 	// partitioned): a spent quota holds back only requests of the scope
 	// the server named it for. Default: the whole host is one scope.
-	// Keep the number of scopes small; past a bound, new ones are not
-	// remembered. gRPC calls are scoped by method.
+	// Each scope the server names policies for takes memory within
+	// MaxMemory. gRPC calls are scoped by method.
 	HTTPScope func(*http.Request) string
 	// Idempotent, when set, names the gRPC methods that are safe to retry.
 	Idempotent func(method string) bool
@@ -146,12 +157,12 @@ func (e *ThrottleError) Is(target error) bool { return target == ErrThrottled }
 type Client struct {
 	cfg   Config
 	clock shed.Clock
+	// mu guards dests and what the client remembers of each (all but
+	// its counters), on the list mem.
 	mu    sync.Mutex
 	dests map[string]*dest
+	mem   recency
 }
-
-// maxDests bounds the destinations remembered; past it, one is forgotten.
-const maxDests = 1024
 
 // New returns a Client with cfg's defaults filled in.
 func New(cfg Config) *Client {
@@ -176,7 +187,12 @@ func New(cfg Config) *Client {
 	if cfg.MaxBlock <= 0 {
 		cfg.MaxBlock = DefaultMaxBlock
 	}
-	return &Client{cfg: cfg, clock: shed.ClockOr(cfg.Clock), dests: make(map[string]*dest)}
+	if cfg.MaxMemory <= 0 {
+		cfg.MaxMemory = DefaultMaxMemory
+	}
+	c := &Client{cfg: cfg, clock: shed.ClockOr(cfg.Clock), dests: make(map[string]*dest)}
+	c.mem.init()
+	return c
 }
 
 func (c *Client) dest(name string) *dest {
@@ -184,14 +200,13 @@ func (c *Client) dest(name string) *dest {
 	defer c.mu.Unlock()
 	d := c.dests[name]
 	if d == nil {
-		if len(c.dests) >= maxDests {
-			for k := range c.dests {
-				delete(c.dests, k)
-				break
-			}
-		}
+		name = strings.Clone(name)
 		d = newDest(name, c.cfg.Window)
 		c.dests[name] = d
+		c.mem.add(&d.memo, d, destBytes(name))
+		c.trim()
+	} else {
+		c.mem.touch(&d.memo)
 	}
 	return d
 }
@@ -240,7 +255,7 @@ func (c *Client) run(ctx context.Context, cl call) error {
 	d := cl.dest
 	for attempt := 0; ; attempt++ {
 		now := c.clock.Now()
-		if policy, until := d.spent(cl.scope, now); !until.IsZero() {
+		if policy, until := c.spent(d, cl.scope, now); !until.IsZero() {
 			wait := until.Sub(now)
 			if c.cfg.NoWait || !c.fits(ctx, now, wait) {
 				return &QuotaError{Destination: d.name, Policy: policyName(policy), RetryAfter: wait}
@@ -262,7 +277,7 @@ func (c *Client) run(ctx context.Context, cl call) error {
 		if a.timedOut || !a.transportErr && !a.pending {
 			d.count(cl.priority, now, !a.rejected && !a.timedOut)
 		}
-		d.learn(cl.scope, &a, now, c.cfg.MaxBlock)
+		c.learn(d, cl.scope, &a, now)
 		if !a.rejected || a.noRetry || attempt >= c.cfg.MaxRetries || c.cfg.RetryBudget < 0 {
 			return nil
 		}

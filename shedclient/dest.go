@@ -1,6 +1,7 @@
 package shedclient
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -11,13 +12,9 @@ import (
 // a tenth of itself.
 const buckets = 10
 
-// Bounds on what one destination remembers, so that a server naming a
-// fresh policy on every answer cannot grow the client without limit.
-const (
-	maxScopes          = 1024
-	maxPoliciesInScope = 16
-	maxBlocked         = 1024
-)
+// maxPoliciesInScope bounds the policies one scope is told of; past it,
+// the scope keeps those it was told of last.
+const maxPoliciesInScope = 16
 
 type bucket struct {
 	epoch   int64
@@ -29,19 +26,39 @@ type bucket struct {
 
 // dest is what the client knows of one destination.
 type dest struct {
+	memo  // Client.mu guards it, scopes and spent
 	name  string
 	width time.Duration // of a bucket
-	mu    sync.Mutex
+	mu    sync.Mutex    // guards ring
 	ring  [buckets]bucket
-	// blocked holds, per policy id, until when the server said it is spent.
-	blocked map[string]time.Time
-	// scopes holds, per scope (a gRPC method, an HTTP host), the policy
-	// ids the server said apply to it. A client cannot tell which
-	// partition its next request falls in, so a spent partition holds
-	// back its whole scope: a client shared by several users whose
-	// quotas are partitioned should give each a scope of its own
-	// (Config.HTTPScope).
-	scopes map[string][]string
+	// scopes holds, per scope (a gRPC method, an HTTP host and what
+	// Config.HTTPScope names), the policies the server said apply to it.
+	// A client cannot tell which partition its next request falls in, so
+	// a spent partition holds back its whole scope: a client shared by
+	// several users whose quotas are partitioned should give each a
+	// scope of its own (Config.HTTPScope).
+	scopes map[string]*scope
+	// spent holds, per policy id, until when the server said it is spent.
+	spent map[string]*spentPolicy
+}
+
+// scope is what the client knows of one scope of a destination.
+type scope struct {
+	memo
+	d   *dest
+	key string
+	// ids are the policies the scope was told of, oldest first.
+	ids []string
+	// wideUntil is when a 429's Retry-After that named no policy ends.
+	wideUntil time.Time
+}
+
+// spentPolicy is a policy of a destination the server said is spent.
+type spentPolicy struct {
+	memo
+	d     *dest
+	id    string
+	until time.Time
 }
 
 func newDest(name string, window time.Duration) *dest {
@@ -49,7 +66,31 @@ func newDest(name string, window time.Duration) *dest {
 	if w <= 0 {
 		w = 1
 	}
-	return &dest{name: name, width: w, blocked: make(map[string]time.Time), scopes: make(map[string][]string)}
+	return &dest{name: name, width: w, scopes: make(map[string]*scope), spent: make(map[string]*spentPolicy)}
+}
+
+func (d *dest) forget(c *Client) {
+	for _, sc := range d.scopes {
+		c.mem.remove(&sc.memo)
+	}
+	for _, sp := range d.spent {
+		c.mem.remove(&sp.memo)
+	}
+	d.scopes, d.spent = nil, nil
+	if c.dests[d.name] == d {
+		delete(c.dests, d.name)
+	}
+	c.mem.remove(&d.memo)
+}
+
+func (sc *scope) forget(c *Client) {
+	delete(sc.d.scopes, sc.key)
+	c.mem.remove(&sc.memo)
+}
+
+func (sp *spentPolicy) forget(c *Client) {
+	delete(sp.d.spent, sp.id)
+	c.mem.remove(&sp.memo)
 }
 
 func (d *dest) epoch(now time.Time) int64 { return now.UnixNano() / int64(d.width) }
@@ -124,89 +165,132 @@ func (d *dest) allowRetry(now time.Time, ratio float64) bool {
 	return float64(retries+1) <= ratio*float64(sent)
 }
 
-// scopeWide is the id under which a 429's Retry-After blocks a whole
-// scope when the server named no policy.
-func scopeWide(scope string) string { return "\x01" + scope }
-
 // spent returns the policy of scope that is spent the longest, and until
 // when; a zero time when none is.
-func (d *dest) spent(scope string, now time.Time) (string, time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.blocked) == 0 {
+func (c *Client) spent(d *dest, key string, now time.Time) (string, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc := d.scopes[key]
+	if sc == nil {
 		return "", time.Time{}
 	}
 	var id string
 	var until time.Time
-	check := func(p string) {
-		u, ok := d.blocked[p]
-		if !ok {
-			return
-		}
-		if !u.After(now) {
-			delete(d.blocked, p)
-			return
-		}
-		if u.After(until) {
-			id, until = p, u
+	if !sc.wideUntil.IsZero() {
+		if sc.wideUntil.After(now) {
+			id, until = "retry-after", sc.wideUntil
+		} else {
+			sc.wideUntil = time.Time{}
 		}
 	}
-	check(scopeWide(scope))
-	for _, p := range d.scopes[scope] {
-		check(p)
+	if len(d.spent) > 0 {
+		for _, p := range sc.ids {
+			sp := d.spent[p]
+			if sp == nil {
+				continue
+			}
+			if !sp.until.After(now) {
+				sp.forget(c)
+				continue
+			}
+			c.mem.touch(&sp.memo)
+			if sp.until.After(until) {
+				id, until = p, sp.until
+			}
+		}
 	}
-	if id == scopeWide(scope) {
-		id = "retry-after"
-	}
+	c.mem.touch(&sc.memo)
+	c.mem.touch(&d.memo)
 	return id, until
 }
 
-// learn remembers what an answer said of the policies of scope.
-func (d *dest) learn(scope string, a *answer, now time.Time, maxBlock time.Duration) {
+// isSpent reports whether a RateLimit item says its policy is spent.
+func isSpent(it *limitItem) bool { return it.hasR && it.r <= 0 && it.hasT && it.t > 0 }
+
+// learn remembers what an answer said of the policies of the scope key.
+func (c *Client) learn(d *dest, key string, a *answer, now time.Time) {
 	if len(a.limits) == 0 && len(a.policies) == 0 && !(a.rejected && a.quota && a.hasRetry) {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	maxBlock := c.cfg.MaxBlock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !d.listed() {
+		return // forgotten while the request was under way
+	}
+	sc := c.scope(d, key)
 	for i := range a.policies {
-		d.addToScope(scope, a.policies[i].id)
+		c.tell(sc, a.policies[i].id)
+	}
+	// Spent policies are told last, so that a scope told of more than
+	// maxPoliciesInScope keeps them.
+	for i := range a.limits {
+		it := &a.limits[i]
+		if it.hasR && it.r > 0 {
+			if sp := d.spent[it.id]; sp != nil {
+				sp.forget(c)
+			}
+		}
+		if !isSpent(it) {
+			c.tell(sc, it.id)
+		}
 	}
 	blockedAny := false
 	for i := range a.limits {
-		it := &a.limits[i]
-		d.addToScope(scope, it.id)
-		switch {
-		case it.hasR && it.r <= 0 && it.hasT && it.t > 0:
-			d.block(it.id, now.Add(min(seconds(it.t), maxBlock)))
+		if it := &a.limits[i]; isSpent(it) {
+			c.block(d, c.tell(sc, it.id), now.Add(min(seconds(it.t), maxBlock)))
 			blockedAny = true
-		case it.hasR && it.r > 0:
-			delete(d.blocked, it.id)
 		}
 	}
 	if a.rejected && a.quota && a.hasRetry && !blockedAny && a.retryAfter > 0 {
-		d.block(scopeWide(scope), now.Add(min(a.retryAfter, maxBlock)))
+		sc.wideUntil = now.Add(min(a.retryAfter, maxBlock))
 	}
+	c.mem.touch(&sc.memo)
+	c.mem.touch(&d.memo)
+	c.trim()
 }
 
-func (d *dest) block(id string, until time.Time) {
-	if _, ok := d.blocked[id]; !ok && len(d.blocked) >= maxBlocked {
-		return
+// scope returns what d remembers of the scope key, a new scope if
+// nothing. c.mu is held.
+func (c *Client) scope(d *dest, key string) *scope {
+	sc := d.scopes[key]
+	if sc == nil {
+		key = strings.Clone(key)
+		sc = &scope{d: d, key: key}
+		d.scopes[key] = sc
+		c.mem.add(&sc.memo, sc, sc.bytes())
 	}
-	d.blocked[id] = until
+	return sc
 }
 
-func (d *dest) addToScope(scope, id string) {
-	ids, ok := d.scopes[scope]
-	if !ok && len(d.scopes) >= maxScopes {
-		return
-	}
-	for _, p := range ids {
+// tell adds the policy id to those sc was told of, and returns the copy
+// sc keeps. c.mu is held.
+func (c *Client) tell(sc *scope, id string) string {
+	for _, p := range sc.ids {
 		if p == id {
-			return
+			return p
 		}
 	}
-	if len(ids) >= maxPoliciesInScope {
+	id = strings.Clone(id) // not the header line it was parsed from
+	if len(sc.ids) < maxPoliciesInScope {
+		sc.ids = append(sc.ids, id)
+	} else {
+		copy(sc.ids, sc.ids[1:])
+		sc.ids[len(sc.ids)-1] = id
+	}
+	c.mem.resize(&sc.memo, sc.bytes())
+	return id
+}
+
+// block remembers that the policy id of d is spent until then. c.mu is
+// held.
+func (c *Client) block(d *dest, id string, until time.Time) {
+	if sp := d.spent[id]; sp != nil {
+		sp.until = until
+		c.mem.touch(&sp.memo)
 		return
 	}
-	d.scopes[scope] = append(ids, id)
+	sp := &spentPolicy{d: d, id: id, until: until}
+	d.spent[id] = sp
+	c.mem.add(&sp.memo, sp, spentBytes(id))
 }

@@ -15,10 +15,11 @@ import (
 // parsers take anything without panicking, and a field that is not a
 // well-formed list is ignored whole, as RFC 9651 asks.
 
-// maxFieldLen bounds a field the client parses; a longer one is ignored.
+// maxFieldLen bounds a field the client parses, all its lines together;
+// a longer one is ignored.
 const maxFieldLen = 4096
 
-// maxItems bounds the items read from one field.
+// maxItems bounds the items read from one field, all its lines together.
 const maxItems = 32
 
 // limitItem is one RateLimit item: the policy named id (with its
@@ -39,36 +40,42 @@ func policyID(name, pk string) string {
 	return name + "\x00" + pk
 }
 
-// parseLimits parses the lines of a RateLimit or RateLimit-Policy field
-// into dst. A line that is not a list of items is skipped whole.
+// parseLimits parses the lines of a RateLimit or RateLimit-Policy field,
+// appending its items to dst. Several lines are one list, as HTTP
+// combines them (RFC 9110 section 5.3): a server may send each policy on
+// a line of its own. A field that is not a well-formed list, in any of
+// its lines, is ignored whole (RFC 9651 section 4.2), and so is one
+// longer than maxFieldLen.
 func parseLimits(lines []string, dst []limitItem) []limitItem {
+	start, total := len(dst), 0
 	for _, line := range lines {
-		if len(line) > maxFieldLen {
-			continue
+		total += len(line)
+		if total > maxFieldLen {
+			return dst[:start]
 		}
-		items, ok := parseList(line, dst[len(dst):])
-		if ok {
-			dst = items
+		var ok bool
+		if dst, ok = parseList(line, dst, start+maxItems); !ok {
+			return dst[:start]
 		}
 	}
 	return dst
 }
 
-// parseList parses one structured-field list of items with parameters,
-// appending to dst; inner lists and malformed input fail the whole list.
-func parseList(s string, dst []limitItem) ([]limitItem, bool) {
+// parseList parses one line of a structured-field list of items with
+// parameters, appending to dst up to a length of limit; inner lists and
+// malformed input fail the whole list.
+func parseList(s string, dst []limitItem, limit int) ([]limitItem, bool) {
 	p := sfParser{s: s}
 	p.skipSP()
 	if p.done() {
-		return dst, true // an empty field is an empty list
+		return dst, true // an empty line adds nothing to the list
 	}
-	start := len(dst)
 	for {
 		it, ok := p.item()
 		if !ok {
-			return dst[:start], false
+			return dst, false
 		}
-		if len(dst)-start < maxItems {
+		if len(dst) < limit {
 			dst = append(dst, it)
 		}
 		p.skipOWS()
@@ -76,12 +83,12 @@ func parseList(s string, dst []limitItem) ([]limitItem, bool) {
 			return dst, true
 		}
 		if p.s[p.i] != ',' {
-			return dst[:start], false
+			return dst, false
 		}
 		p.i++
 		p.skipOWS()
 		if p.done() {
-			return dst[:start], false // a trailing comma
+			return dst, false // a trailing comma
 		}
 	}
 }

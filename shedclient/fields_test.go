@@ -1,6 +1,7 @@
 package shedclient
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,46 @@ func TestParseLimits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestParseLimitsLines: several field lines are one list, as HTTP
+// combines them (RFC 9110 section 5.3, RFC 9651 section 4.2).
+func TestParseLimitsLines(t *testing.T) {
+	many := strings.Repeat(`"a";r=1, `, maxItems-1) + `"a";r=1`
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string // ids
+	}{
+		{"two lines", []string{`"spent";r=0;t=30`, `"other";r=5;t=30`}, []string{"spent", "other"}},
+		{"three lines", []string{`a;r=1`, `b;r=2, c;r=3`, `d;r=4`}, []string{"a", "b", "c", "d"}},
+		{"an empty line adds nothing", []string{`a;r=1`, ``, `b;r=2`}, []string{"a", "b"}},
+		{"a malformed line fails the whole field", []string{`"spent";r=0;t=30`, `not a list (`}, nil},
+		{"a trailing comma before the next line fails it", []string{`a;r=1,`, `b;r=2`}, nil},
+		{"items are bounded across lines", []string{many, `"b";r=1`}, slicesRepeat("a", maxItems)},
+		{"length is bounded across lines", []string{`"a";r=1`, strings.Repeat(" ", maxFieldLen-10) + `"b";r=1`}, nil},
+	} {
+		got := parseLimits(tc.lines, nil)
+		var ids []string
+		for _, it := range got {
+			ids = append(ids, it.id)
+		}
+		if strings.Join(ids, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: read as %q, want %q", tc.name, ids, tc.want)
+		}
+	}
+	// Appending keeps what dst held.
+	if got := parseLimits([]string{`b;r=1`}, []limitItem{{id: "a"}}); len(got) != 2 || got[0].id != "a" || got[1].id != "b" {
+		t.Errorf("appending to a non-empty dst: %+v", got)
+	}
+}
+
+func slicesRepeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
 }
 
 // TestParsesWhatTheServerWrites: every field the middleware writes (via
@@ -87,11 +128,13 @@ func FuzzParseLimits(f *testing.F) {
 	for _, s := range []string{
 		`"per-key";r=0;t=30`, `a;r=1, b;r=0;t=5;pk=:YQ==:`, `"x";q=10;qu="concurrent-requests"`,
 		`"a";r=-1;t=999999999999999`, `("a");r=1`, `"a";r=1;t=1.5`, `?1`, `"\"`, `"a";pk=:`, "\"a\";r=1,\t\"b\"",
+		"\"a\";r=0;t=5\n\"b\";r=1", "\"a\";r=0;t=5\n(", "\n\n",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, it := range parseLimits([]string{s}, nil) {
+		// A newline splits s into field lines.
+		for _, it := range parseLimits(strings.Split(s, "\n"), nil) {
 			if it.hasT && it.t > 999_999_999_999_999 || it.hasR && it.r < -999_999_999_999_999 {
 				t.Fatalf("%q: out-of-range integer %+v", s, it)
 			}
@@ -116,4 +159,13 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("parsePushback(%q) = %v, %v", s, d, ok)
 		}
 	})
+}
+
+func BenchmarkParseLimits(b *testing.B) {
+	lines := []string{`"default";r=50;t=30, "burst";r=3;t=1`, `"per-user";r=0;t=12;pk=:dXNlcjE=:`}
+	dst := make([]limitItem, 0, maxItems)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = parseLimits(lines, dst[:0])
+	}
 }

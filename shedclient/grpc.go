@@ -112,7 +112,7 @@ func (s *watchedStream) RecvMsg(m any) error {
 		if a.timedOut || !a.transportErr {
 			s.d.count(s.prio, now, !a.rejected && !a.timedOut)
 		}
-		s.d.learn(s.scope, &a, now, s.c.cfg.MaxBlock)
+		s.c.learn(s.d, s.scope, &a, now)
 	})
 	return err
 }

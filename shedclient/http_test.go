@@ -265,8 +265,10 @@ type hostile struct{ retryAfter, limit, policy string }
 func (h hostile) RoundTrip(r *http.Request) (*http.Response, error) {
 	hd := http.Header{}
 	hd["Retry-After"] = []string{h.retryAfter}
-	hd["Ratelimit"] = []string{h.limit}
-	hd["Ratelimit-Policy"] = []string{h.policy}
+	// A newline splits a field into field lines, as a server sending the
+	// field several times does.
+	hd["Ratelimit"] = strings.Split(h.limit, "\n")
+	hd["Ratelimit-Policy"] = strings.Split(h.policy, "\n")
 	code := 429
 	if len(h.limit)%2 == 1 {
 		code = 503
@@ -284,6 +286,8 @@ func FuzzHostileServer(f *testing.F) {
 		{"Thu, 01 Jan 1970 00:00:00 GMT", `not a list (`, `"a";pk=:AAAA:`},
 		{"3", `"a";r=0;t=4, "b";r=0;t=9`, `"a", "b"`},
 		{"", "", ""},
+		{"", "\"a\";r=0;t=3\n\"b\";r=4;t=9", "\"a\";q=5\n\"b\";q=9"},
+		{"1", "\"a\";r=0;t=3\nnot a list (", "\n"},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loadshed/loadshed/internal/clientip"
+	"github.com/loadshed/loadshed/internal/grpcmethod"
 	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
@@ -131,7 +132,7 @@ type Interceptors struct {
 	key       KeyFunc
 	ip        *clientip.Resolver
 	ipHeader  string // ip's header as a metadata key
-	methods   methodTable
+	methods   grpcmethod.Table
 	trust     *propagation.Trust
 	priority  func(context.Context, string, shed.Priority) shed.Priority
 	cost      func(context.Context, string) int64
@@ -354,7 +355,7 @@ func (in *Interceptors) request(ctx context.Context, method string) shed.Request
 		}
 	}
 
-	prio := in.methods.resolve(method)
+	prio := in.methods.Resolve(method)
 	if p, ok := shed.PriorityFrom(ctx); ok && p.Valid() {
 		prio = p
 	}

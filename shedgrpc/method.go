@@ -1,9 +1,9 @@
 package shedgrpc
 
 import (
-	"sort"
-	"strings"
+	"errors"
 
+	"github.com/loadshed/loadshed/internal/grpcmethod"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -33,56 +33,11 @@ func ParseMethodPriorities(words map[string]string) (MethodPriorities, error) {
 	return mp, nil
 }
 
-type prefixRule struct {
-	prefix string
-	prio   shed.Priority
-}
-
-// methodTable resolves a method's priority: an exact name, else the
-// longest pattern, else the default. It is read-only once built.
-type methodTable struct {
-	exact    map[string]shed.Priority
-	prefixes []prefixRule // longest first
-	def      shed.Priority
-}
-
-func compileMethods(mp MethodPriorities, def shed.Priority) (methodTable, error) {
-	t := methodTable{exact: make(map[string]shed.Priority), def: def}
-	if !def.Valid() {
-		t.def = shed.Default
+// compileMethods builds the table Interceptors resolve methods with.
+func compileMethods(mp MethodPriorities, def shed.Priority) (grpcmethod.Table, error) {
+	t, err := grpcmethod.Compile(mp, def)
+	if ke := (*grpcmethod.KeyError)(nil); errors.As(err, &ke) {
+		return t, errMethod(ke.Key, ke.Why)
 	}
-	var keys []string
-	for k := range mp {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // errors in a stable order
-	for _, k := range keys {
-		p := mp[k]
-		switch {
-		case !p.Valid():
-			return t, errMethod(k, "not a priority")
-		case !strings.HasPrefix(k, "/"):
-			return t, errMethod(k, `a method name starts with "/" ("/pkg.Service/Method")`)
-		case strings.Count(k, "*") > 1 || (strings.Contains(k, "*") && !strings.HasSuffix(k, "*")):
-			return t, errMethod(k, `"*" may only end a pattern`)
-		case strings.HasSuffix(k, "*"):
-			t.prefixes = append(t.prefixes, prefixRule{strings.TrimSuffix(k, "*"), p})
-		default:
-			t.exact[k] = p
-		}
-	}
-	sort.SliceStable(t.prefixes, func(i, j int) bool { return len(t.prefixes[i].prefix) > len(t.prefixes[j].prefix) })
-	return t, nil
-}
-
-func (t *methodTable) resolve(method string) shed.Priority {
-	if p, ok := t.exact[method]; ok {
-		return p
-	}
-	for _, r := range t.prefixes {
-		if strings.HasPrefix(method, r.prefix) {
-			return r.prio
-		}
-	}
-	return t.def
+	return t, err
 }
