@@ -686,7 +686,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 // capacity in 5 of 21 quick runs, against none of 6 granting at once,
 // and none of 8 with this guard (the listen queues were not watched
 // then: some of these may have been the connection storms the code before
-// the hand-off meets too, docs/overload.md).
+// the hand-off meets too: docs/overload.md, "Connection storms").
 func (l *Layer) handOff() {
 	if l.Queued() > 0 && !(l.handoffOn.Load() && handoff.post(l)) {
 		l.notify()
