@@ -256,13 +256,15 @@ func (l *Layer) ReadsRoute() bool { return false }
 func (l *Layer) Budget() Budget { return l.budget }
 
 // Close stops the sampler. The layer keeps deciding on its last reading.
-func (l *Layer) Close() {
+// It returns nil: its error is io.Closer's, as every layer's Close.
+func (l *Layer) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
 	if l.timer != nil {
 		l.timer.Stop()
 	}
+	return nil
 }
 
 // tick samples every signal, steps the controller and publishes the result,
