@@ -19,10 +19,11 @@
 // same requests to both, answers compared one by one, then the same load.
 //
 // cmd/pollprobe measures no peer: how long a Go server whose one P is kept
-// busy takes to notice a request, the bound docs/overload.md cites for
-// the CPU-bound scenarios.
+// busy takes to notice a request: a bound on the CPU-bound scenarios of
+// docs/overload.md.
 //
 // The tests check that every adapter enforces the same limit the same way
 // (each admits exactly N of N+k requests); the benchmarks measure. Run them
-// all with scripts/bench.sh; docs/benchmarks.md holds the results.
+// all with scripts/bench.sh, which writes docs/results/benchmarks.md
+// (docs/benchmarks.md explains it).
 package bench

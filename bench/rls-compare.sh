@@ -7,6 +7,9 @@
 # server's CPU per decision) for envoyproxy/ratelimit, loadshed serve in
 # exact mode and in batched mode, and loadshed serve in memory: the gRPC
 # path's own cost on this machine, the bound of any Redis-backed row. docs/benchmarks.md explains the results.
+# A run with the defaults and no arguments also writes what it prints to
+# docs/results/rls-compare.md (RESULTS names another file, and makes any
+# run write it).
 #
 #   bench/rls-compare.sh              # 10 s of load per service, 64 in flight
 #   LOAD=30s CONC=128 bench/rls-compare.sh
@@ -23,6 +26,10 @@ LOAD=${LOAD:-10s}
 # of the time in the memory row, so that row measured the loop, not the
 # service.
 CONC=${CONC:-64}
+if [ $# -eq 0 ] && [ "$LOAD" = 10s ] && [ "$CONC" = 64 ]; then
+  RESULTS=${RESULTS:-docs/results/rls-compare.md}
+fi
+RESULTS=${RESULTS:-}
 # loadshed's stores decide from their local share when a round trip takes
 # longer than this (50ms by default); on a loaded machine that would turn
 # exact rows into local ones, so the comparison waits as envoyproxy/ratelimit
@@ -125,18 +132,31 @@ wait_port "$B_GRPC" "loadshed serve -batch"
 wait_port "$C_GRPC" "loadshed serve -batch, a second instance"
 wait_port "$M_GRPC" "loadshed serve (memory)"
 
-echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
-echo
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
-echo
-"${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
-  -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
+# report prints the results: what a run writes to RESULTS.
+report() {
+  echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
+  echo
+  echo "Written by \`bench/rls-compare.sh\` (do not edit by hand); how the services are set up and"
+  echo "how to read the rows: [../benchmarks.md](../benchmarks.md#the-rate-limit-service-against-envoyproxyratelimit)."
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
+  echo
+  "${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
+    -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
-# Decisions taken from the local share because Redis did not answer within
-# the store's timeout: they are not exact, and a fair row has none.
-echo
-for s in "exact $L_HTTP" "exact,-pipeline-0 $U_HTTP" "batched $B_HTTP"; do
-  set -- $s
-  n=$(curl -s "127.0.0.1:$2/metrics" | awk '/^loadshed_requests_total\{.*fallback="true"/ {s += $2} END {print s + 0}')
-  echo "loadshed serve ($1): $n decisions from the local fallback share"
-done
+  # Decisions taken from the local share because Redis did not answer within
+  # the store's timeout: they are not exact, and a fair row has none.
+  echo
+  for s in "exact $L_HTTP" "exact,-pipeline-0 $U_HTTP" "batched $B_HTTP"; do
+    set -- $s
+    n=$(curl -s "127.0.0.1:$2/metrics" | awk '/^loadshed_requests_total\{.*fallback="true"/ {s += $2} END {print s + 0}')
+    echo "- loadshed serve ($1): $n decisions from the local fallback share"
+  done
+}
+if [ -n "$RESULTS" ]; then
+  report "$@" | tee "$WORK/results.md"
+  cp "$WORK/results.md" "$RESULTS"
+  echo "rls-compare.sh: wrote $RESULTS" >&2
+else
+  report "$@"
+fi

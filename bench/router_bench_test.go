@@ -32,7 +32,7 @@ func newRouter(mw func(http.Handler) http.Handler) http.Handler {
 	return r
 }
 
-// BenchmarkRouterHTTP is issue 8's performance row: a chi router, the
+// BenchmarkRouterHTTP is the middleware's performance row: a chi router, the
 // limiter mounted with r.Use, requests keyed by an X-API-Key header among
 // 1024 keys, a reused writer. Rows: the bare router; go-chi/httprate
 // limiting by that key (LimitBy, its default headers); loadshed with a
@@ -64,7 +64,7 @@ func BenchmarkRouterHTTP(b *testing.B) {
 		{"httprate", newRouter(httprate.LimitBy(1e9, time.Second, byKey))},
 		{"loadshed", newRouter(shedhttp.MustNew(chain, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key")}))},
 	}
-	// All four layers (DESIGN.md's target: at most half of what httprate
+	// All four layers (the target: at most half of what httprate
 	// adds), when there is a Redis for the fleet layer's background tick;
 	// its request path never calls it. The worker layer counts in-flight
 	// work against a budget and reads no CPU, so that the benchmark's own

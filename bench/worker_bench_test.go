@@ -26,7 +26,7 @@ func newWorker(b *testing.B, cfg worker.Config) *worker.Layer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(l.Close)
+	b.Cleanup(func() { l.Close() })
 	return l
 }
 

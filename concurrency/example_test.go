@@ -58,7 +58,7 @@ func ExampleConfig_perKey() {
 	// bob: <nil> in-flight-per-key 0
 }
 
-func ExampleLimiter_chain() {
+func ExampleLayer_chain() {
 	l, _ := concurrency.New(concurrency.Config{Limit: 10})
 	chain, _ := shed.NewChain(shed.Config{Layers: []shed.Layer{l}})
 	err := chain.Do(context.Background(), shed.Request{Key: "alice"}, func(context.Context) error {

@@ -14,8 +14,8 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// The Redis Cluster tests of issue 23 for the concurrency layer, on the
-// cluster scripts/test.sh starts; the load is scaled down from the issue's
+// The Redis Cluster tests for the concurrency layer, on the
+// cluster scripts/test.sh starts; the load is scaled down from the full
 // 500 req/s for 15s (redistest.FailoverLoad).
 const (
 	// clusterLost: leases a killed master may have added without its
@@ -185,7 +185,7 @@ func TestClusterFailover(t *testing.T) {
 
 // Leases released while their master is dead are removed from the replica
 // that takes its place as soon as the slot map names it, not at the
-// renewer's next tick (issue 23, bug 4: limit 4, TTL 30s, the four leases
+// renewer's next tick (once, with limit 4 and TTL 30s, the four leases
 // released during the failover held the limit; 195 of 195 acquires were
 // refused over the next 4s with nothing in flight).
 func TestClusterReleasesAfterFailover(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 // The fault tests put a fault proxy (or a redis-server of their own, to
-// kill) between the limiter and Redis, and check what issue 11 asks of
+// kill) between the limiter and Redis, and check what is asked of
 // every Redis-backed layer: no error but rejections (no 5xx), decisions
 // within the timeout + 20ms, no lease left in Redis once the fault clears,
 // admissions during an outage within the share, and back on Redis within
@@ -222,8 +222,8 @@ func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 }
 
 // Leases released while Redis did not answer are removed as soon as it
-// answers again, not at the renewer's next tick (issue 23, bug 4: limit 4,
-// TTL 30s, all four released during a failover, and 195 of 195 acquires
+// answers again, not at the renewer's next tick (once, with limit 4 and
+// TTL 30s, all four released during a failover, 195 of 195 acquires were
 // refused over the next 4s with nothing in flight).
 func TestRedisReleasesDuringOutageSentOnRecovery(t *testing.T) {
 	const probe = 50 * time.Millisecond

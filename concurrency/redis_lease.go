@@ -66,7 +66,7 @@ func (r *RedisLayer) retryLater(e *redisLease) {
 // it tries again every probe interval, not at the renewer's next tick
 // (TTL/3): a failed master's leases live on in the replica promoted in its
 // place, and must be removed as soon as it answers, or they hold the
-// fleet's slots for finished requests (issue 23).
+// fleet's slots for finished requests.
 func (r *RedisLayer) flushNow() {
 	r.mu.Lock()
 	r.soon = false

@@ -12,8 +12,7 @@ import (
 // go-redis re-sends a script whose reply was lost (a connection cut after
 // Redis ran it). The acquire run again for the same lease must count as the
 // same admission, not as a second one refused by the first: otherwise the
-// caller is refused and the member holds a slot until its TTL (issue 11,
-// bug 1).
+// caller is refused and the member holds a slot until its TTL.
 func TestRedisAcquireRunTwiceIsOneAdmission(t *testing.T) {
 	c := newClient(t)
 	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1, Limit: 1}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})

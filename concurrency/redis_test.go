@@ -509,7 +509,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 		t.Fatalf("Fallback() %v, Fallbacks() %d", r.Fallback(), r.Fallbacks())
 	}
 	// The local share is 8 ÷ 2 = 4, of which this instance still holds 2
-	// in Redis (issue 23: the fallback starts from what it holds), and
+	// in Redis (the fallback starts from what it holds), and
 	// until ProbeInterval passes no request tries Redis.
 	tried := px.accepted.Load()
 	_, err = r.Acquire(ctx, shed.Request{})

@@ -20,11 +20,12 @@ type Built struct {
 	// Chain runs the file's layers in order.
 	Chain *shed.Chain
 	// HTTP is the middleware's configuration: Options.HTTP with the file's
-	// http section applied. Middleware uses it.
+	// http section applied, as Middleware was built with it.
 	HTTP shedhttp.Config
 	// File is the configuration it was built from, defaults not filled in.
 	File *File
 
+	mw    shedhttp.Middleware
 	parts []*part
 }
 
@@ -145,6 +146,9 @@ func build(f *File, opts Options, prev *Built) (out *Built, err error) {
 	}
 	b.out.Chain = chain
 	h, err := httpConfig(&f.HTTP, opts.HTTP)
+	if err == nil {
+		b.out.mw, err = shedhttp.New(chain, h)
+	}
 	if err != nil {
 		return nil, Errors{{Path: "http", Msg: err.Error()}}
 	}

@@ -125,10 +125,7 @@ layers:
         - key: key
           rate_limit: {unit: hour, requests_per_unit: 3}
 `, Options{})
-	mw, err := b.Middleware()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := b.Middleware()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/charges", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /v1/list", func(http.ResponseWriter, *http.Request) {})

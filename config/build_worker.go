@@ -39,7 +39,7 @@ func (b *builder) worker(w *Worker) (*worker.Layer, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return l, func() error { l.Close(); return nil }, nil
+		return l, l.Close, nil
 	})
 	if err != nil {
 		return nil, err

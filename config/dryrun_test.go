@@ -33,10 +33,7 @@ layers:
 	serve := func(show bool) http.Handler {
 		clock := shedtest.NewClock(time.Unix(1_699_999_980, 0)) // a minute's start
 		opts := Options{Clock: clock, HTTP: shedhttp.Config{ShowDryRun: show, Clock: clock}}
-		mw, err := mustBuild(t, src, opts).Middleware()
-		if err != nil {
-			t.Fatal(err)
-		}
+		mw := mustBuild(t, src, opts).Middleware()
 		return mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	}
 	h := serve(false)

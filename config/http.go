@@ -3,10 +3,6 @@ package config
 // The HTTP side: the one file to change when the middleware's API does.
 
 import (
-	"context"
-	"net/http"
-
-	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
 )
 
@@ -33,36 +29,12 @@ func httpConfig(h *HTTP, base shedhttp.Config) (shedhttp.Config, error) {
 			cfg.Priorities[k] = p
 		}
 	}
-	// Checked here, so that a bad section fails the build, not the first
-	// request.
-	if _, err := middleware(nil, cfg); err != nil {
-		return cfg, err
-	}
 	return cfg, nil
 }
 
-// middleware builds the HTTP middleware for chain (a throwaway chain when
-// nil, to check cfg).
-func middleware(chain *shed.Chain, cfg shedhttp.Config) (func(http.Handler) http.Handler, error) {
-	if chain == nil {
-		c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{nopLayer{}}})
-		if err != nil {
-			return nil, err
-		}
-		chain = c
-	}
-	return shedhttp.New(chain, cfg)
-}
-
-type nopLayer struct{}
-
-func (nopLayer) Name() string { return "nop" }
-func (nopLayer) Acquire(_ context.Context, req shed.Request) (shed.Lease, error) {
-	return shed.Lease{}, nil
-}
-
 // Middleware returns net/http middleware that runs every request through
-// b's chain, configured by the file's http section over Options.HTTP.
-func (b *Built) Middleware() (func(http.Handler) http.Handler, error) {
-	return middleware(b.Chain, b.HTTP)
-}
+// b's chain, configured by the file's http section over Options.HTTP (the
+// configuration in HTTP when b was built: Build checks it, so that a bad
+// section fails the build, not the first request). Its Close does
+// nothing: close b.
+func (b *Built) Middleware() shedhttp.Middleware { return b.mw }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shedhttp"
 )
 
 // ErrClosed is returned by a Live's methods after Close.
@@ -95,11 +96,7 @@ func (l *Live) build(data []byte, prev *Built) (*generation, int, int, error) {
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	mw, err := b.Middleware()
-	if err != nil {
-		b.Close()
-		return nil, 0, 0, Errors{{File: l.path, Path: "http", Msg: err.Error()}}
-	}
+	mw := b.Middleware()
 	kept := 0
 	if prev != nil {
 		old := map[*part]bool{}
@@ -237,8 +234,9 @@ func (l *Live) Do(ctx context.Context, req shed.Request, fn func(context.Context
 }
 
 // Middleware returns net/http middleware that runs every request through
-// the configuration in service (its chain and its http section).
-func (l *Live) Middleware() func(http.Handler) http.Handler {
+// the configuration in service (its chain and its http section), as
+// Built.Middleware does for one build. Its Close does nothing: close l.
+func (l *Live) Middleware() shedhttp.Middleware {
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			next = http.NotFoundHandler()

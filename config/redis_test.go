@@ -112,10 +112,10 @@ func TestREADMEConfigurationParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, found := strings.Cut(string(data), "## Configuration")
+	_, section, found := strings.Cut(string(data), "## The config file")
 	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(section)
 	if !found || m == nil {
-		t.Fatal("README has no Configuration section with a yaml block")
+		t.Fatal("README has no config file section with a yaml block")
 	}
 	if _, err := Parse("README.md", []byte(m[1]), Options{}); err != nil {
 		t.Error(err)

@@ -142,7 +142,7 @@ func startScenarioServer(t *testing.T) *scenarioServer {
 		}}},
 	})
 	must(t, err)
-	t.Cleanup(s.worker.Close)
+	t.Cleanup(func() { s.worker.Close() })
 
 	layers := []shed.Layer{
 		rate,

@@ -201,7 +201,7 @@ func TestDashboardStructure(t *testing.T) {
 }
 
 // checkProvisioning reads the provisioning file line by line (it is a few
-// lines of YAML): a file provider whose path is the folder README tells
+// lines of YAML): a file provider whose path is the folder docs/observability.md tells
 // Grafana to mount these dashboards at.
 func checkProvisioning(t *testing.T, ds map[string]dashboard) {
 	raw, err := os.ReadFile("provisioning/dashboards.yaml")
@@ -220,14 +220,14 @@ func checkProvisioning(t *testing.T, ds map[string]dashboard) {
 	}
 	const mounted = "/var/lib/grafana/dashboards/loadshed"
 	if fields["path"] != mounted {
-		t.Errorf("provisioning: path %q, want %q (where README mounts dashboards/)", fields["path"], mounted)
+		t.Errorf("provisioning: path %q, want %q (where docs/observability.md mounts dashboards/)", fields["path"], mounted)
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "dashboards:"+mounted) {
-		t.Errorf("README does not mount dashboards/ at %s", mounted)
+		t.Errorf("docs/observability.md does not mount dashboards/ at %s", mounted)
 	}
 	var files []string
 	for f := range ds {

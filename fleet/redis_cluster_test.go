@@ -12,7 +12,7 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// The Redis Cluster tests of issue 23 for the fleet layer, on the cluster
+// The Redis Cluster tests for the fleet layer, on the cluster
 // scripts/test.sh starts.
 
 func newClusterShedder(t *testing.T, cl *redistest.Cluster, prefix, instance string, timeout time.Duration) (*Layer, *redis.ClusterClient) {

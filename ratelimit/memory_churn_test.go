@@ -12,7 +12,7 @@ import (
 // TestMemoryChurnAtCap offers four times MaxKeys distinct keys to every
 // store, so that each new key evicts one, and compares the heap with that
 // of a store holding as many live keys that never evicted. At the cap the
-// store must stay within 1.25× (issue 11, bug 3: tombstones doubled every
+// store must stay within 1.25× (a bug once: tombstones doubled every
 // full shard's table, 1.98×), and the bytes per key doc.go gives are the
 // figures measured here at the cap.
 func TestMemoryChurnAtCap(t *testing.T) {

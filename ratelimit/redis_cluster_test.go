@@ -13,8 +13,8 @@ import (
 	"github.com/loadshed/loadshed/internal/redistest"
 )
 
-// The Redis Cluster tests of issue 23, on the 3-master, 3-replica cluster
-// scripts/test.sh starts. The issue's load (500 req/s for 15s, the master
+// The Redis Cluster tests, on the 3-master, 3-replica cluster
+// scripts/test.sh starts. The full load (500 req/s for 15s, the master
 // killed at 5s) is scaled down (redistest.FailoverLoad; LOADSHED_CLUSTER_LOAD=full
 // runs the full size) to keep the suite within its time budget.
 const (
@@ -131,7 +131,7 @@ func TestClusterExactOnOneKey(t *testing.T) {
 	}
 }
 
-// A master killed mid-load (issue 23, bugs 1 and 3): no error reaches a
+// A master killed mid-load: no error reaches a
 // caller, no decision waits longer than the timeout (+20ms), the store is
 // back on Redis within a second of the cluster's cluster_state:ok (go-redis
 // alone reloads its slot map a minute later), and what Redis and the
@@ -141,7 +141,7 @@ func TestClusterFailover(t *testing.T) {
 	cl := redistest.UseCluster(t)
 	rate, run, killAt := redistest.FailoverLoad()
 	// 60% of what the run offers: the master dies with units left to
-	// overspend (600 at the suite's size, 4500 at the issue's).
+	// overspend (600 at the suite's size, 4500 at full size).
 	limit := int64(rate) * int64(run/time.Millisecond) * 6 / 10000
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {

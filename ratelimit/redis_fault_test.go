@@ -12,13 +12,13 @@ import (
 	"github.com/loadshed/loadshed/internal/redistest"
 )
 
-// The fault tests of issue 11 for the rate-limit store: see
+// The fault tests for the rate-limit store: see
 // concurrency/redis_fault_test.go for the list.
 
 const faultTimeout = 50 * time.Millisecond
 
 // A decision whose reply is lost is not run again by go-redis: it charged
-// once, and the caller learns that it fell back (issue 11: a retried
+// once, and the caller learns that it fell back (a retried
 // decision must not charge twice without the caller knowing).
 func TestRedisFaultLostReplyChargesOnce(t *testing.T) {
 	c, px := redistest.ProxiedClient(t, redistest.Addr(t))
@@ -183,8 +183,8 @@ func TestRedisFaultOutageShareAndReturn(t *testing.T) {
 }
 
 // Entering the fallback starts from what Redis last said of the key
-// (issue 23, bug 3: a per-hour limit of 1,600 admitted 1,595 through Redis
-// and then 806 more through a fresh fallback). An instance alone (its
+// (a fresh fallback once let a per-hour limit of 1,600 admit 1,595
+// through Redis and then 806 more). An instance alone (its
 // share is the whole limit) thus admits no more than the limit across an
 // outage, whatever the algorithm.
 func TestRedisFallbackStartsFromLearntState(t *testing.T) {

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Reproduces the tables of docs/benchmarks.md: starts a throw-away
+# Writes docs/results/benchmarks.md (explained in docs/benchmarks.md): starts a throw-away
 # redis-server (scripts/redis.sh, as scripts/test.sh does), runs the bench
 # module's benchmarks -count times with -benchmem, saves the raw output in
 # bench/results/<UTC time>.raw (git-ignored) and prints benchstat summaries,
-# one table per group with the peers side by side. About 5 minutes on
-# 2 cores.
+# one table per group with the peers side by side, and writes the
+# Markdown tables (medians) with the date, the machine and the commit to
+# docs/results/benchmarks.md. A run of some groups only prints its tables,
+# unless RESULTS names a file to write. About 5 minutes on 2 cores.
 #
 #   ./scripts/bench.sh                       # everything, -count 6
 #   COUNT=3 ./scripts/bench.sh               # fewer repetitions
@@ -19,6 +21,10 @@ cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-6}
 groups=("$@")
+all=0
+[ ${#groups[@]} -gt 0 ] || all=1
+RESULTS=${RESULTS:-}
+[ "$all" = 0 ] || RESULTS=${RESULTS:-docs/results/benchmarks.md}
 [ ${#groups[@]} -gt 0 ] || groups=(Clock RateMemory ConcurrencyLocal ConcurrencyHTTP ChainHTTP RouterHTTP WorkerCheck WorkerAcquireRelease FleetDecision RedisRate RedisConcurrency RedisFleetTrips)
 
 if [ -z "${LOADSHED_REDIS_ADDR:-}" ]; then
@@ -64,5 +70,13 @@ for g in "${groups[@]}"; do
 done
 
 echo
-echo "=== Markdown (medians), as in docs/benchmarks.md ==="
+echo "=== Markdown (medians), as in docs/results/benchmarks.md ==="
 (cd bench && go run ./cmd/benchtable "../$raw")
+if [ -n "$RESULTS" ]; then
+  commit=$(git rev-parse --short HEAD)
+  git diff --quiet HEAD -- . ':!docs/results' || commit="$commit, with uncommitted changes"
+  command="COUNT=$COUNT ./scripts/bench.sh${*:+ $*}"
+  (cd bench && go run ./cmd/benchtable -command "$command" -commit "$commit" -raw-name "$raw" "../$raw") > "$RESULTS.tmp"
+  mv "$RESULTS.tmp" "$RESULTS"
+  echo "bench.sh: wrote $RESULTS" >&2
+fi

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 )
@@ -81,10 +82,9 @@ func NewChain(cfg Config) (*Chain, error) {
 	return c, nil
 }
 
-// Close closes every layer of the chain that has a Close method (Close()
-// error, as io.Closer, or Close()), the last layer first, and returns
-// their errors joined: background sweepers, samplers and ticks stop, and
-// a fleet layer leaves the fleet. Only the first call has an effect.
+// Close closes every layer of the chain that is an io.Closer, the last
+// layer first, and returns their errors joined: background sweepers,
+// samplers and ticks stop, and a fleet layer leaves the fleet. Only the first call has an effect.
 //
 // Call it when the chain owns its layers, as one built for a single
 // router does (shedhttp.Limit's). A layer shared by several chains, or
@@ -94,13 +94,10 @@ func (c *Chain) Close() error {
 	c.closeOnce.Do(func() {
 		var errs []error
 		for i := len(c.layers) - 1; i >= 0; i-- {
-			switch l := c.layers[i].(type) {
-			case interface{ Close() error }:
+			if l, ok := c.layers[i].(io.Closer); ok {
 				if err := l.Close(); err != nil {
 					errs = append(errs, fmt.Errorf("shed: closing layer %s: %w", c.names[i], err))
 				}
-			case interface{ Close() }:
-				l.Close()
 			}
 		}
 		c.closeErr = errors.Join(errs...)

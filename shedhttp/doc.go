@@ -8,9 +8,19 @@
 //		concurrency.PerKey(10),             // 10 in flight per client
 //	))
 //
-// With a key, route priorities or requests to skip, the same layers go to
-// Config.Limit; with a chain of your own (an observer, shared between
-// routers), to New:
+// Which constructor: every one returns a Middleware, and the rule is where
+// the layers come from.
+//
+//   - Layers, default settings: Limit.
+//   - Layers and settings (a key, route priorities, requests to skip):
+//     Config.Limit.
+//   - A shed.Chain of your own (an observer, one chain for several
+//     routers, an error rather than a panic on a bad Config): New, or
+//     MustNew for a Config that is a literal of the program.
+//   - A configuration file: config.Open, then Live.Middleware.
+//
+// Limit and Config.Limit own the chain they build (Middleware.Close closes
+// it); New leaves the chain to its caller.
 //
 //	r.Use(shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key")}.Limit(layers...))
 //	mw, err := shedhttp.New(chain, shedhttp.Config{Key: shedhttp.KeyHeader("X-API-Key")})

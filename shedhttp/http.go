@@ -190,13 +190,17 @@ type middleware struct {
 // it implements Flush, Hijack, ReadFrom, WriteString and Unwrap, so
 // http.NewResponseController works through it.
 //
+// The chain stays the caller's: the Middleware's Close leaves it open.
 // An invalid config is an error naming the field.
-func New(chain *shed.Chain, cfg Config) (func(http.Handler) http.Handler, error) {
+func New(chain *shed.Chain, cfg Config) (Middleware, error) {
 	m, err := newMiddleware(chain, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
+		if _, ok := next.(*closeRequest); ok {
+			return nil // the chain is not ours to close
+		}
 		if next == nil {
 			next = http.NotFoundHandler()
 		}
@@ -206,7 +210,7 @@ func New(chain *shed.Chain, cfg Config) (func(http.Handler) http.Handler, error)
 
 // MustNew is New for a config known to be valid, such as a literal in
 // main: it panics on an invalid one, so that it fits inline in r.Use.
-func MustNew(chain *shed.Chain, cfg Config) func(http.Handler) http.Handler {
+func MustNew(chain *shed.Chain, cfg Config) Middleware {
 	mw, err := New(chain, cfg)
 	if err != nil {
 		panic(err)

@@ -179,7 +179,7 @@ func TestClientIPHonoursCustomHeader(t *testing.T) {
 	}
 }
 
-// TestForwardedUnclosedQuoteCannotHideTheProxysElement is issue 11's bug 2:
+// TestForwardedUnclosedQuoteCannotHideTheProxysElement is a bug found once:
 // a client opens a quoted string it never closes, a trusted proxy appends
 // its own element to the same line (nginx's "$http_forwarded,
 // $proxy_forwarded_elem"), and the open quote must not swallow the

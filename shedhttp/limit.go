@@ -52,16 +52,20 @@ func (c Config) Limit(layers ...shed.Layer) Middleware {
 	return owning(chain, mw)
 }
 
-// Middleware is net/http middleware that owns the chain it runs: what
-// Limit returns. It is a func(http.Handler) http.Handler, so chi's r.Use
-// and r.With take it as it is.
+// Middleware is net/http middleware: what every constructor of the
+// package, and config's Built and Live, return. It is a
+// func(http.Handler) http.Handler, so chi's r.Use and r.With take it as it
+// is.
 type Middleware func(http.Handler) http.Handler
 
-// Close closes the layers of the middleware's chain (shed.Chain.Close):
-// the sweepers of in-memory stores, a worker layer's sampler, a fleet
-// layer's tick. Call it when the handlers built from the middleware are
-// done with, such as a test's or a reloaded router's; handlers still
-// serving go on deciding, on state that is no longer swept or sampled.
+// Close closes what the middleware owns. Limit's (and Config.Limit's) owns
+// its chain: Close closes its layers (shed.Chain.Close), the sweepers of
+// in-memory stores, a worker layer's sampler, a fleet layer's tick. New's
+// owns nothing (the chain stays the caller's), nor does config's (the
+// Built or Live does), and Close returns nil. Call it when the handlers
+// built from the middleware are done with, such as a test's or a reloaded
+// router's; handlers still serving go on deciding, on state that is no
+// longer swept or sampled.
 func (m Middleware) Close() error {
 	var c closeRequest
 	m(&c)
@@ -78,7 +82,7 @@ type closeRequest struct {
 }
 
 // owning returns mw as a Middleware that closes chain on Close.
-func owning(chain *shed.Chain, mw func(http.Handler) http.Handler) Middleware {
+func owning(chain *shed.Chain, mw Middleware) Middleware {
 	return func(next http.Handler) http.Handler {
 		if c, ok := next.(*closeRequest); ok {
 			c.err = chain.Close()

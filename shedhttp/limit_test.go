@@ -120,3 +120,34 @@ func TestConfigLimitPanicsOnABadConfig(t *testing.T) {
 	}()
 	shedhttp.Config{MaxKeyLength: -1}.Limit(shedtest.NewLayer("a"))
 }
+
+// New's Middleware does not own the chain it was given: its Close leaves
+// the chain's layers running, for the caller to close.
+func TestNewCloseLeavesTheCallersChainOpen(t *testing.T) {
+	l := newSweeperLayer()
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := shedhttp.New(chain, shedhttp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-l.done:
+		t.Fatal("the middleware's Close closed the caller's chain")
+	default:
+	}
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("after the middleware's Close: status %d, want 200", rec.Code)
+	}
+	if err := chain.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-l.done // the chain's owner closes it
+}

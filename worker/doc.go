@@ -33,19 +33,10 @@
 //     services at moderate load (their CPU is idle while their requests
 //     wait), so use it only for services that are CPU-bound and stay so.
 //
-// On the demonstration's one-CPU server whose handlers burn CPU (go run
-// ./examples/overload -scenario cpu -quick -setups
-// loadshed,loadshed-cpubound -steps 0.5,1,2,5,10), the default does about
-// as well as CPUBound. Measured on 2026-11-25 at 10:18 UTC on a quiet
-// machine, same run: at 0.5x the default refused nothing (CPUBound 2 of
-// 398); at 1x, 2x, 5x and 10x the default served 92.3%, 98.3%, 95.8% and
-// 88.5% of capacity and every critical request up to 5x (83.6% at 10x,
-// where critical demand alone is the capacity), CPUBound 91.7%, 94.3%,
-// 98.4% and 94.8% (89.6%); critical p99 1.50x, 1.54x and 1.02x the
-// floor's at 2x, 5x and 10x (CPUBound 3.00x, 1.22x, 3.54x), the p99 of
-// all served at 5x 2.62x (CPUBound 1.21x). The quick run's steps are
-// short, and the default learns its limit in them; docs/overload.md has
-// full runs.
+// On the demonstration's one-CPU server whose handlers burn CPU, the
+// default does about as well as CPUBound: go run ./examples/overload
+// -scenario cpu -setups loadshed,loadshed-cpubound compares them in one
+// run, and docs/results/ holds the figures of the last full run.
 //
 // # The learnt limit
 //
@@ -96,7 +87,7 @@
 // would otherwise hand it out from its timer). With Min at one per CPU,
 // critical p99 on the demonstration's one-CPU server went from 3.2-4.0x
 // the floor's at 2x and 5x to 1.12-1.37x, the p99 of all admitted at 5x
-// from 3.7x to 1.24-1.26x (docs/overload.md). Only saturated, though: a
+// from 3.7x to 1.24-1.26x (the cpu scenario of docs/overload.md). Only saturated, though: a
 // CPU half busy in bursts (a service whose requests wait on a pool, then
 // burn CPU) polls when a burst ends, and a hand-off waited for that with
 // the capacity idle (33ms, against 2ms on a CPU-bound server).

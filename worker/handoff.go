@@ -44,7 +44,7 @@ import (
 // Two guards keep a hand-off from leaving capacity idle: the queues wait
 // for one for at most handoffGrace, and releases grant at once while the
 // scheduler is backlogged (handoffBacklog), where a hand-off would wait
-// for the P to run everything runnable (docs/overload.md, "Two guards").
+// for the P to run everything runnable.
 //
 // Only while saturated: releases hand off only while the CPU (or the
 // scheduler) reads saturated, not from half of that as admissions yield.
@@ -61,8 +61,7 @@ import (
 // capacity on average (85.0-96.6%) with hand-offs from half the CPU,
 // 95.5% (90.4-97.0%) only while saturated, and 92.3% in eight later runs
 // of the latter; within the runs' spread, so kept for the idle capacity
-// it removes, measured directly (docs/overload.md, "The mixed scenario,
-// traced").
+// it removes, measured directly.
 //
 // One pipe and one goroutine serve every Layer of the process. Where
 // pipes are not pollable (handoffPipe returns nil), releases grant at once.

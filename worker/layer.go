@@ -256,13 +256,15 @@ func (l *Layer) ReadsRoute() bool { return false }
 func (l *Layer) Budget() Budget { return l.budget }
 
 // Close stops the sampler. The layer keeps deciding on its last reading.
-func (l *Layer) Close() {
+// It returns nil: its error is io.Closer's, as every layer's Close.
+func (l *Layer) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
 	if l.timer != nil {
 		l.timer.Stop()
 	}
+	return nil
 }
 
 // tick samples every signal, steps the controller and publishes the result,
@@ -686,7 +688,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 // capacity in 5 of 21 quick runs, against none of 6 granting at once,
 // and none of 8 with this guard (the listen queues were not watched
 // then: some of these may have been the connection storms the code before
-// the hand-off meets too, docs/overload.md).
+// the hand-off meets too: docs/overload.md, "Connection storms").
 func (l *Layer) handOff() {
 	if l.Queued() > 0 && !(l.handoffOn.Load() && handoff.post(l)) {
 		l.notify()

@@ -31,7 +31,7 @@ func signalLayer(t testing.TB, clock *shedtest.Clock, cfg Config, extra ...Signa
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() { l.Close() })
 	return l
 }
 

@@ -42,14 +42,10 @@ type LimitConfig struct {
 	Initial int64
 	// Min is the lowest the limit goes (default: one per CPU of the
 	// budget, CPUWorkers), what a CPU-bound service needs in flight to
-	// keep its CPUs busy. A second one per CPU used to keep a CPU from
-	// idling after a release while the goroutines reading the flood ran
-	// before the next admitted request's; since capacity is handed over
-	// after those goroutines by design (handoff.go), the CPU is busy with
-	// them meanwhile, and a second request in flight only made every
-	// critical request wait behind two (on the demonstration's one-CPU
-	// server at 2x, one run each with an early version of the hand-off:
-	// critical p99 3.35x the floor's with two per CPU, 2.20x with one).
+	// keep its CPUs busy. Capacity is handed over after the goroutines
+	// reading the flood have run (handoff.go), so the CPU is busy with
+	// them meanwhile, and a second request in flight per CPU would only
+	// make every critical request wait behind two.
 	Min int64
 	// Max is the highest the limit goes (default DefaultLimitMax).
 	Max int64
@@ -245,8 +241,8 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), and it is still below its knee, where throughput stops
 		// rising: its no-queue latency at this in flight is this one.
 		// Ending slow start here left such a service at two thirds of
-		// its capacity until a probe, seconds later (docs/overload.md,
-		// "The mixed scenario, traced").
+		// its capacity until a probe, seconds later (the mixed scenario
+		// of docs/overload.md).
 		l.base = latency
 		est *= 1.5
 	case g < 1:

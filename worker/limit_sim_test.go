@@ -403,7 +403,7 @@ func between(from, to time.Duration, v float64) func(time.Duration) float64 {
 	}
 }
 
-// The kinds of bottleneck, at the capacities of the scenarios:
+// The kinds of bottleneck, at the capacities of the overload scenarios:
 // one CPU running 2ms handlers (500/s), and a pool of 8 connections to a
 // downstream taking 60ms a call (133/s) with the CPU nearly idle.
 func cpuServer() (server, float64) { return &psCPU{c: 1, work: 2 * time.Millisecond}, 500 }
@@ -539,7 +539,7 @@ func TestSimLimitFollowsACapacityDropAndRecovery(t *testing.T) {
 }
 
 // The load steps from half the capacity to 5x and back: from 2s into the
-// flood goodput is at 90% of capacity or more (the test of being
+// flood goodput is at 90% of capacity or more (the overload scenarios' test of being
 // back after a change; the steady 95% is TestSimLimitConvergesNearTheKnee's),
 // and from 2s after it nothing is shed, however the limit moved.
 func TestSimLimitStepsUpAndDown(t *testing.T) {

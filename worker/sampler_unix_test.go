@@ -110,8 +110,8 @@ func TestSchedSignalSeesAGoroutineStorm(t *testing.T) {
 // not move the shed level: its latency counts the admitted requests that
 // yield (and wait in the run queue by design), so a level driven by it was
 // fed by its own shedding, and after a flood's first moments held at 3,
-// shedding all but critical traffic while the CPU sat half idle (issue 22,
-// the demonstration's cpu scenario at 5x: 48% of capacity served).
+// shedding all but critical traffic while the CPU sat half idle (the
+// demonstration's cpu scenario at 5x: 48% of capacity served).
 func TestLearntLimitSchedLatencyCapsTheLimitNotTheLevel(t *testing.T) {
 	clock := shedtest.NewClock(t0)
 	l, err := New(Config{Interval: DefaultInterval, Clock: clock, CPU: CPUConfig{Disable: true}, SchedLatencyTarget: 10 * time.Millisecond})

@@ -81,13 +81,8 @@ func try(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer b.Close()
-	mw, err := b.Middleware()
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
 	r := chi.NewRouter()
-	r.Use(mw)
+	r.Use(b.Middleware())
 	r.MethodFunc(method, pattern, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	})

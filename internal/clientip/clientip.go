@@ -166,7 +166,7 @@ func (c *Resolver) walkList(vals []string, last netip.Addr) netip.Addr {
 // as written whatever the client put before them. Split from the left, a
 // quoted string the client opens and never closes (for=6.6.6.6;x=") would
 // run over the proxy's element, or pair with the quote of a proxy's
-// quoted IPv6 node, and hide it (issue 11). An element whose quotes do not
+// quoted IPv6 node, and hide it. An element whose quotes do not
 // balance is malformed: the walk stops there, at the last good hop.
 func (c *Resolver) walkForwarded(vals []string, last netip.Addr) netip.Addr {
 	hops := 0

@@ -92,7 +92,7 @@ func (s Summary) BackAfter(ok time.Time) time.Duration {
 	return s.LastFallback.Sub(ok)
 }
 
-// ClusterLoadEnv, set to "full", runs the failover tests at issue 23's size
+// ClusterLoadEnv, set to "full", runs the failover tests at full size
 // (500 req/s for 15s, the master killed at 5s) instead of the suite's
 // scaled-down one (200 req/s for 5s, killed at 1s).
 const ClusterLoadEnv = "LOADSHED_CLUSTER_LOAD"

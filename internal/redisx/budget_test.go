@@ -13,8 +13,8 @@ import (
 )
 
 // A request passing two Redis-backed layers on one client waits for a
-// black-holed Redis once, not once per layer (issue 11, sharp edge 4: two
-// layers with 50ms timeouts took 105-112ms).
+// black-holed Redis once, not once per layer (two layers with 50ms timeouts
+// once took 105-112ms).
 func TestOneRedisBudgetPerRequest(t *testing.T) {
 	const timeout, probe = 50 * time.Millisecond, 10 * time.Millisecond
 	c, px := redistest.ProxiedClient(t, redistest.Addr(t))

@@ -95,7 +95,7 @@ func TestIsOutage(t *testing.T) {
 		{redisError("READONLY You can't write against a read only replica."), true},
 		{redisError("CLUSTERDOWN The cluster is down"), true},
 		{fmt.Errorf("ctx: %w", redisError("BUSY Redis is busy running a script")), true},
-		// A slot moving is no outage (issue 23: 1,310 TRYAGAIN replies
+		// A slot moving is no outage (1,310 TRYAGAIN replies once
 		// sent every key on the client to the fallback).
 		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), false},
 		{redisError("MOVED 3999 127.0.0.1:6381"), false},

@@ -49,7 +49,7 @@ func TestOptionsValidateNamesFields(t *testing.T) {
 }
 
 // No user key, whatever its bytes, leaves its tag or the prefix; every key
-// starts with '{', the prefix and a ':' (issue 24: a prefix "x" made
+// starts with '{', the prefix and a ':' (once, a prefix "x" made
 // "{xall}", and per-key sets did not start with '{').
 func FuzzKeys(f *testing.F) {
 	for _, k := range []string{"", "k", "{", "}", "{k}", "a\nb", "\x00{}", strings.Repeat("}", 100)} {

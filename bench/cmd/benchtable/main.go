@@ -1,9 +1,12 @@
 // Command benchtable turns the raw output of the bench module's benchmarks
-// into the Markdown tables of docs/benchmarks.md: one table per benchmark,
-// a row per sub-benchmark without its peer, a column per peer, each cell
-// the median over -count runs.
+// into Markdown tables: one table per benchmark, a row per sub-benchmark
+// without its peer, a column per peer, each cell the median over -count
+// runs. With -command it writes the whole results file,
+// docs/results/benchmarks.md, headed by the date, the commit and the
+// machine (the raw file's machine-* lines, as scripts/bench.sh writes them).
 //
 //	benchtable bench/results/20261121T130000Z.raw
+//	benchtable -command './scripts/bench.sh' -commit 1a2b3c4 RAW > docs/results/benchmarks.md
 //
 // Cells read "ns/op · allocs/op", or, for rows reporting decisions/s (the
 // Redis ones), "decisions/s · round trips per decision · µs/op".
@@ -11,29 +14,96 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtable RAW")
+	var h header
+	flag.StringVar(&h.command, "command", "", "the command that made the raw file: write the whole results file, headed by it")
+	flag.StringVar(&h.commit, "commit", "", "the commit measured (with -command)")
+	flag.StringVar(&h.raw, "raw-name", "", "the raw file's name to print (with -command; default: the argument)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable [-command CMD -commit REV] RAW")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	data, err := os.ReadFile(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
-	defer f.Close()
-	if err := write(os.Stdout, parse(f)); err != nil {
+	if h.raw == "" {
+		h.raw = flag.Arg(0)
+	}
+	h.date = time.Now().UTC()
+	if err := run(os.Stdout, data, h); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
+}
+
+// header is what heads a results file: where and when its figures come
+// from.
+type header struct {
+	command, commit, raw string
+	date                 time.Time
+}
+
+// run writes the tables of data, a raw output, headed as a results file
+// when h names its command.
+func run(w io.Writer, data []byte, h header) error {
+	groups := parse(bytes.NewReader(data))
+	if len(groups) == 0 {
+		return fmt.Errorf("%s holds no benchmark result", h.raw)
+	}
+	if h.command != "" {
+		if err := writeHeader(w, data, h, groups); err != nil {
+			return err
+		}
+	}
+	return write(w, groups)
+}
+
+// writeHeader writes the results file's title, its provenance (date,
+// commit, command, the machine-* lines of the raw output) and how to read
+// a cell.
+func writeHeader(w io.Writer, data []byte, h header, groups []*group) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "# Results: benchmarks against the peers\n\n")
+	fmt.Fprintf(bw, "Written by `%s` (do not edit by hand); how the rows are built and how\n", h.command)
+	fmt.Fprintf(bw, "to read them: [../benchmarks.md](../benchmarks.md).\n\n")
+	fmt.Fprintf(bw, "| | |\n|---|---|\n")
+	fmt.Fprintf(bw, "| date | %s |\n", h.date.Format("2006-01-02 15:04 UTC"))
+	if h.commit != "" {
+		fmt.Fprintf(bw, "| commit | %s |\n", h.commit)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ": "); ok && strings.HasPrefix(k, "machine-") {
+			fmt.Fprintf(bw, "| %s | %s |\n", strings.TrimPrefix(k, "machine-"), v)
+		}
+	}
+	fmt.Fprintf(bw, "| raw output | `%s` (git-ignored) |\n\n", h.raw)
+	runs := 0
+	for _, g := range groups {
+		for _, row := range g.cells {
+			for _, units := range row {
+				runs = max(runs, len(units["ns/op"]))
+			}
+		}
+	}
+	fmt.Fprintf(bw, "Each cell is the median of %d runs: `time per operation · allocations per\n", runs)
+	fmt.Fprintf(bw, "operation`, or on the Redis rows `decisions per second · round trips per\n")
+	fmt.Fprintf(bw, "decision · time per operation`.\n")
+	return bw.Flush()
 }
 
 // group is one benchmark function's results.

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTables(t *testing.T) {
@@ -27,5 +28,51 @@ PASS
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)
 		}
+	}
+}
+
+// With -command, the tables come as a results file headed by their date,
+// commit, command and the raw file's machine lines.
+func TestResultsFile(t *testing.T) {
+	raw := `machine-go: go1.26.8
+machine-nproc: 2
+BenchmarkClock/peer=time.Now-2   100  25.0 ns/op  0 B/op  0 allocs/op
+BenchmarkClock/peer=time.Now-2   100  27.0 ns/op  0 B/op  0 allocs/op
+machine-load-after: 1.0 0.5 0.2
+`
+	var b strings.Builder
+	h := header{command: "./scripts/bench.sh", commit: "abc1234", raw: "bench/results/x.raw",
+		date: time.Date(2026, 11, 26, 17, 0, 0, 0, time.UTC)}
+	if err := run(&b, []byte(raw), h); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		"# Results: benchmarks against the peers\n",
+		"Written by `./scripts/bench.sh`",
+		"| date | 2026-11-26 17:00 UTC |",
+		"| commit | abc1234 |",
+		"| go | go1.26.8 |",
+		"| nproc | 2 |",
+		"| load-after | 1.0 0.5 0.2 |",
+		"median of 2 runs",
+		"| row | time.Now |",
+		"|  | 26.0 ns · 0 allocs |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+}
+
+// A raw file without results (a run that failed to build) writes nothing
+// rather than an empty results file.
+func TestNoResultsIsAnError(t *testing.T) {
+	var b strings.Builder
+	if err := run(&b, []byte("machine-go: go1.26.8\nFAIL\n"), header{command: "x", raw: "r"}); err == nil {
+		t.Errorf("no error; wrote\n%s", b.String())
+	}
+	if b.Len() != 0 {
+		t.Errorf("wrote %q", b.String())
 	}
 }

@@ -1,7 +1,7 @@
 // Command pollprobe measures how long a Go HTTP server whose one P is kept
 // busy takes to answer a request that costs it nothing: the time a request
 // waits before the runtime's network poller is asked whether it arrived.
-// docs/overload.md ("What bounds the misses") cites its figures.
+// It bounds what the CPU-bound scenarios of docs/overload.md can reach.
 //
 //	go run ./cmd/pollprobe            # from bench/; about 10 seconds
 //

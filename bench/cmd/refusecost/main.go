@@ -2,7 +2,7 @@
 // server's one CPU: the least net/http spends reading a request and
 // answering it 503, and what loadshed's refusal (its middleware, the
 // Retry-After and problem document it writes) spends. docs/overload.md
-// ("What bounds goodput at 10x") cites its figures: at the refusal rate of
+// ("Reading the results") explains its use: at the refusal rate of
 // the overload demonstration's 10x step they bound the goodput any
 // middleware can reach there.
 //

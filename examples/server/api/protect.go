@@ -59,7 +59,7 @@ type LayerSettings struct {
 	// BusyWorkers is the worker budget while the worker layer sheds
 	// (default 1): once the load is past what the CPU can take, a second
 	// request running only waits for the first. Measured on this example
-	// at 5x (2-CPU VM, 2026-11-23): with Workers 4 alone, admitted p99
+	// at 5x (2-CPU VM): with Workers 4 alone, admitted p99
 	// 33ms (7.6x the unloaded p99) and critical p50 18ms; with BusyWorkers
 	// 1, p99 13.6-15.8ms, goodput 95%, and still no 503s at 0.5x (Workers
 	// 1 throughout: p99 14ms, but 15% refused at 0.5x).

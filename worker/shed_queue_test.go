@@ -10,13 +10,13 @@ import (
 	"github.com/loadshed/loadshed/shed"
 )
 
-// Issue 22, item 2: with a worker budget and the Queue action, the shed
-// level climbed to 3 and stayed there after the overload ended, because the
+// With a worker budget and the Queue action, the shed level once
+// climbed to 3 and stayed there after the overload ended, because the
 // queue-delay signal read a queue kept full by the requests waiting for the
 // level to fall. A signal must not be fed by the shedding it causes: once
 // the pressure that raised the level is gone, the level falls (one priority
 // per Recovery) and the waiters are served.
-func TestIssue22QueueOfShedRequestsDoesNotHoldTheLevel(t *testing.T) {
+func TestQueueOfShedRequestsDoesNotHoldTheLevel(t *testing.T) {
 	const queued = 8
 	l, pr, clock := pressureLayer(t, Config{Workers: 2, Enforcement: shed.Enforcement{Action: shed.Queue,
 		Queue: shed.QueueConfig{MaxLength: queued, MaxWait: time.Hour}}})
