@@ -1,7 +1,7 @@
 // Package shedclient is the caller's half of load shedding: an
-// http.RoundTripper and gRPC client interceptors that stop sending what a
-// loaded service would reject, so that it keeps its CPU for the work it
-// admits.
+// http.RoundTripper (and, in package shedclientgrpc, gRPC client
+// interceptors) that stops sending what a loaded service would reject, so
+// that it keeps its CPU for the work it admits.
 //
 //	client := &http.Client{Transport: shedclient.New(shedclient.Config{}).Transport(nil)}
 //
@@ -103,7 +103,8 @@ type Config struct {
 	// Each scope the server names policies for takes memory within
 	// MaxMemory. gRPC calls are scoped by method.
 	HTTPScope func(*http.Request) string
-	// Idempotent, when set, names the gRPC methods that are safe to retry.
+	// Idempotent, when set, names the gRPC methods that are safe to retry
+	// (package shedclientgrpc).
 	Idempotent func(method string) bool
 	// Token is sent with a propagated priority (Loadshed-Token), for
 	// servers that believe callers presenting it.

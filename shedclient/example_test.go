@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedclient"
@@ -48,21 +44,4 @@ func ExampleClient_Transport() {
 	// 200 OK
 	// not sent: quota "per-key" is spent for 30s
 	// requests sent: 1
-}
-
-func ExampleClient_UnaryInterceptor() {
-	c := shedclient.New(shedclient.Config{
-		// Reads are safe to send twice; charges are not.
-		Idempotent: func(method string) bool { return strings.HasPrefix(method, "/payments.v1.Reports/") },
-	})
-	conn, err := grpc.NewClient("dns:///payments.internal:443",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(c.UnaryInterceptor()),
-		grpc.WithChainStreamInterceptor(c.StreamInterceptor()))
-	if err != nil {
-		panic(err)
-	}
-	defer conn.Close()
-	fmt.Println(conn.Target())
-	// Output: dns:///payments.internal:443
 }

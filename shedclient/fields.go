@@ -327,23 +327,3 @@ func seconds(n int64) time.Duration {
 	}
 	return time.Duration(n) * time.Second
 }
-
-// parsePushback reads grpc-retry-pushback-ms: milliseconds, or, when
-// negative or malformed, "do not retry" (gRFC A6), reported as not ok.
-func parsePushback(v string) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" || len(v) > 18 {
-		if len(v) > 18 && strings.Trim(v, "0123456789") == "" {
-			return maxDuration, true
-		}
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || v[0] == '+' {
-		return 0, false
-	}
-	if n > int64(maxDuration/time.Millisecond) {
-		return maxDuration, true
-	}
-	return time.Duration(n) * time.Millisecond, true
-}

@@ -155,9 +155,6 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if d, ok := parseRetryAfter(s, now); d < 0 || !ok && d != 0 {
 			t.Fatalf("parseRetryAfter(%q) = %v, %v", s, d, ok)
 		}
-		if d, ok := parsePushback(s); d < 0 || !ok && d != 0 {
-			t.Fatalf("parsePushback(%q) = %v, %v", s, d, ok)
-		}
 	})
 }
 

@@ -15,49 +15,8 @@ import (
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedclient"
+	"github.com/loadshed/loadshed/shedclient/internal/instantclock"
 )
-
-// instantClock is a shed.Clock whose timers fire at once: time jumps by
-// the timer's delay, and every delay asked for is recorded, so tests see
-// how long the client would have waited without waiting.
-type instantClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	waited []time.Duration
-}
-
-func newInstantClock() *instantClock { return &instantClock{now: time.Now()} }
-
-func (c *instantClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *instantClock) AfterFunc(d time.Duration, f func()) shed.Timer {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.waited = append(c.waited, d)
-	c.mu.Unlock()
-	f()
-	return stopped{}
-}
-
-func (c *instantClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *instantClock) waits() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.waited...)
-}
-
-type stopped struct{}
-
-func (stopped) Stop() bool { return false }
 
 // server answers with answer(n) for its n-th request (from 0) and counts.
 type server struct {
@@ -93,7 +52,7 @@ func TestQuotaSpentHoldsRequestsBack(t *testing.T) {
 			w.Header().Set("RateLimit", `"per-key";r=0;t=30`)
 		}
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	c := &http.Client{Transport: shedclient.New(shedclient.Config{Clock: clock, NoWait: true}).Transport(nil)}
 	if code, err := get(t, c, context.Background(), srv.URL); err != nil || code != 200 {
 		t.Fatalf("first request: %v %v", code, err)
@@ -106,7 +65,7 @@ func TestQuotaSpentHoldsRequestsBack(t *testing.T) {
 	if n := srv.n.Load(); n != 1 {
 		t.Fatalf("server saw %d requests, want 1: the second must not be sent", n)
 	}
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	if code, err := get(t, c, context.Background(), srv.URL); err != nil || code != 200 {
 		t.Fatalf("after the reset: %v %v", code, err)
 	}
@@ -119,7 +78,7 @@ func TestQuotaSpentWaitsWithinDeadline(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	c := &http.Client{Transport: shedclient.New(shedclient.Config{Clock: clock, RetryBudget: -1, K: -1}).Transport(nil)}
 	if code, _ := get(t, c, context.Background(), srv.URL); code != 429 {
 		t.Fatalf("first: %d", code)
@@ -134,7 +93,7 @@ func TestQuotaSpentWaitsWithinDeadline(t *testing.T) {
 	if code, err := get(t, c, context.Background(), srv.URL); err != nil || code != 200 {
 		t.Fatalf("no deadline: %d %v", code, err)
 	}
-	if w := clock.waits(); len(w) != 1 || w[0] != 2*time.Second {
+	if w := clock.Waits(); len(w) != 1 || w[0] != 2*time.Second {
 		t.Fatalf("waited %v, want [2s]", w)
 	}
 }
@@ -174,7 +133,7 @@ func TestRetryBudgetAndIdempotency(t *testing.T) {
 		w.Header().Set("Retry-After", "0")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	client := shedclient.New(shedclient.Config{Clock: clock, K: -1})
 	c := &http.Client{Transport: client.Transport(nil)}
 	for range 100 {
@@ -188,7 +147,7 @@ func TestRetryBudgetAndIdempotency(t *testing.T) {
 	}
 	// A POST is not retried...
 	before := srv.n.Load()
-	clock.advance(time.Hour) // a fresh budget
+	clock.Advance(time.Hour) // a fresh budget
 	resp, err := c.Post(srv.URL, "text/plain", strings.NewReader("charge"))
 	if err != nil {
 		t.Fatal(err)
@@ -225,12 +184,12 @@ func TestRetryNeverSoonerThanAsked(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	c := &http.Client{Transport: shedclient.New(shedclient.Config{Clock: clock, K: -1, RetryBudget: 1}).Transport(nil)}
 	if code, err := get(t, c, context.Background(), srv.URL); err != nil || code != 200 {
 		t.Fatalf("%d %v", code, err)
 	}
-	if w := clock.waits(); len(w) != 1 || w[0] < 3*time.Second {
+	if w := clock.Waits(); len(w) != 1 || w[0] < 3*time.Second {
 		t.Fatalf("waited %v before the retry, want >= 3s", w)
 	}
 }
@@ -293,7 +252,7 @@ func FuzzHostileServer(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, retryAfter, limit, policy string) {
 		const maxWait = 5 * time.Second
-		clock := newInstantClock()
+		clock := instantclock.New()
 		c := shedclient.New(shedclient.Config{Clock: clock, MaxWait: maxWait, RetryBudget: 1, MaxRetries: 3})
 		rt := c.Transport(hostile{retryAfter, limit, policy})
 		deadline := clock.Now().Add(2 * time.Second)
@@ -306,7 +265,7 @@ func FuzzHostileServer(f *testing.F) {
 			}
 		}
 		var total time.Duration
-		for _, w := range clock.waits() {
+		for _, w := range clock.Waits() {
 			if w < 0 || w > maxWait {
 				t.Fatalf("waited %v", w)
 			}
@@ -319,7 +278,7 @@ func FuzzHostileServer(f *testing.F) {
 }
 
 func TestRetryAfterDateAndScopes(t *testing.T) {
-	clock := newInstantClock()
+	clock := instantclock.New()
 	srv := newServer(t, func(n int64, w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("user") == "a" && n == 0 {
 			w.Header().Set("Retry-After", clock.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))

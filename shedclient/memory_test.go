@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shedclient"
+	"github.com/loadshed/loadshed/shedclient/internal/instantclock"
 )
 
 // roundTripFunc answers without a network.
@@ -41,7 +42,7 @@ func TestSeveralFieldLinesAreOneList(t *testing.T) {
 		}
 		return &http.Response{StatusCode: code, Header: h, Body: http.NoBody, Request: r}
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	rt := shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1, RetryBudget: -1,
 		HTTPScope: func(r *http.Request) string { return r.URL.Path }}).Transport(base)
 	do := func(path string) error {
@@ -98,7 +99,7 @@ func TestMemoryBoundedOverall(t *testing.T) {
 		h := http.Header{"Ratelimit": {`"q";r=0;t=600;pk=:` + pk + `:`}}
 		return &http.Response{StatusCode: http.StatusTooManyRequests, Header: h, Body: http.NoBody, Request: r}
 	})
-	clock := newInstantClock()
+	clock := instantclock.New()
 	c := shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1, RetryBudget: -1,
 		HTTPScope: func(r *http.Request) string { return r.URL.Path }})
 	rt := c.Transport(base)

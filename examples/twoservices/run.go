@@ -22,6 +22,7 @@ import (
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedclient"
+	"github.com/loadshed/loadshed/shedclient/shedclientgrpc"
 	"github.com/loadshed/loadshed/shedgrpc"
 	"github.com/loadshed/loadshed/shedhttp"
 )
@@ -253,7 +254,7 @@ func startA(s Setup, b *serviceB) (*serviceA, error) {
 	if cfg != nil {
 		c := shedclient.New(*cfg)
 		rt = c.Transport(base)
-		dial = append(dial, grpc.WithChainUnaryInterceptor(c.UnaryInterceptor()))
+		dial = append(dial, grpc.WithChainUnaryInterceptor(shedclientgrpc.UnaryInterceptor(c)))
 	}
 	conn, err := grpc.NewClient(b.grpcAddr, dial...)
 	if err != nil {

@@ -1,4 +1,4 @@
-package shedclient_test
+package shedclientgrpc_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/shedtest"
 	"github.com/loadshed/loadshed/shedclient"
+	"github.com/loadshed/loadshed/shedclient/internal/instantclock"
+	"github.com/loadshed/loadshed/shedclient/shedclientgrpc"
 	"github.com/loadshed/loadshed/shedgrpc"
 )
 
@@ -51,7 +53,7 @@ func grpcRig(t *testing.T, client *shedclient.Client) (*shedtest.Layer, *atomic.
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(client.UnaryInterceptor()), grpc.WithChainStreamInterceptor(client.StreamInterceptor()))
+		grpc.WithChainUnaryInterceptor(shedclientgrpc.UnaryInterceptor(client)), grpc.WithChainStreamInterceptor(shedclientgrpc.StreamInterceptor(client)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func grpcRig(t *testing.T, client *shedclient.Client) (*shedtest.Layer, *atomic.
 }
 
 func TestGRPCPropagationAndQuota(t *testing.T) {
-	clock := newInstantClock()
+	clock := instantclock.New()
 	layer, seen, client := grpcRig(t, shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1}))
 	ctx, cancel := context.WithTimeout(shed.WithPriority(context.Background(), shed.Critical), 5*time.Second)
 	defer cancel()
@@ -86,14 +88,14 @@ func TestGRPCPropagationAndQuota(t *testing.T) {
 	if n := layer.Acquired() + layer.Rejected() - before; n != 0 {
 		t.Fatalf("%d calls reached the server under a spent quota", n)
 	}
-	clock.advance(21 * time.Second)
+	clock.Advance(21 * time.Second)
 	if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
 		t.Fatalf("after the reset: %v", err)
 	}
 }
 
 func TestGRPCRetriesWithPushback(t *testing.T) {
-	clock := newInstantClock()
+	clock := instantclock.New()
 	c := shedclient.New(shedclient.Config{Clock: clock, K: -1, RetryBudget: 1,
 		Idempotent: func(m string) bool { return m == "/grpc.testing.TestService/UnaryCall" }})
 	layer, _, client := grpcRig(t, c)
@@ -109,13 +111,13 @@ func TestGRPCRetriesWithPushback(t *testing.T) {
 	if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{}); err != nil {
 		t.Fatalf("retried call: %v", err)
 	}
-	if w := clock.waits(); len(w) != 1 || w[0] < 700*time.Millisecond {
+	if w := clock.Waits(); len(w) != 1 || w[0] < 700*time.Millisecond {
 		t.Fatalf("waited %v before the retry, want >= 700ms (the pushback)", w)
 	}
 }
 
 func TestGRPCSpentQuotaFromAnAdmittedCallHoldsOnlyItsMethod(t *testing.T) {
-	clock := newInstantClock()
+	clock := instantclock.New()
 	layer, _, client := grpcRig(t, shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1}))
 	// The call is admitted with the last unit of its quota: r=0, back in 10s.
 	layer.Quota = shed.Quota{Policy: "per-key", Limit: 5, Window: time.Minute, Remaining: 0, Reset: 10 * time.Second}
@@ -132,7 +134,7 @@ func TestGRPCSpentQuotaFromAnAdmittedCallHoldsOnlyItsMethod(t *testing.T) {
 }
 
 func TestGRPCStreamRejectionIsLearnt(t *testing.T) {
-	clock := newInstantClock()
+	clock := instantclock.New()
 	layer, _, client := grpcRig(t, shedclient.New(shedclient.Config{Clock: clock, NoWait: true, K: -1}))
 	q := shed.Quota{Policy: "streams", Limit: 2, Window: time.Minute, Reset: 15 * time.Second}
 	layer.Reject(shed.Throttled("too many streams", 15*time.Second, q))
