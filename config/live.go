@@ -70,7 +70,7 @@ type generation struct {
 // changes, Close when done.
 func Open(path string, opts Options) (*Live, error) {
 	l := &Live{path: path, opts: opts}
-	data, err := readFile(path)
+	data, err := readFile(path, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (l *Live) build(data []byte, prev *Built) (*generation, int, int, error) {
 // Reload reads the file again and, if it is valid, puts it in service. It
 // returns why it refused the file (Errors for a bad one), or nil.
 func (l *Live) Reload() error {
-	data, err := readFile(l.path)
+	data, err := readFile(l.path, l.opts.Limits)
 	if err != nil {
 		return l.failed(err)
 	}
@@ -299,7 +299,7 @@ const WatchDelay = 100 * time.Millisecond
 // error, or why it could not watch.
 func (l *Live) Watch(ctx context.Context) error {
 	return WatchPath(ctx, l.path, func() {
-		data, err := readFile(l.path)
+		data, err := readFile(l.path, l.opts.Limits)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) { // being replaced: its Create follows
 				l.failed(err)
