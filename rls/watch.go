@@ -2,11 +2,9 @@ package rls
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/loadshed/loadshed/config"
 )
@@ -29,7 +27,7 @@ func (s *Server) reloadFrom(path string, always bool) error {
 	s.last.set(time.Now(), err)
 	if err != nil {
 		s.refused.Add(1)
-		s.cfg.Logger.Error("rls: configuration refused; the running rules keep serving", "path", path, "err", BoundedError(err))
+		s.cfg.Logger.Error("rls: configuration refused; the running rules keep serving", "path", path, "err", config.ErrorText(err))
 		return err
 	}
 	s.applied.Add(1)
@@ -59,27 +57,6 @@ func (l *lastReload) get() (time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.at, l.err
-}
-
-// maxLoggedError bounds the text of a refusal in a log line.
-const maxLoggedError = 4096
-
-// BoundedError is err's text cut to a few KB (config.Errors lists at most
-// config.MaxErrorsShown errors, but one error may quote a long value), for
-// a log line or a status page that must stay readable.
-func BoundedError(err error) string {
-	if err == nil {
-		return ""
-	}
-	msg := err.Error()
-	if len(msg) <= maxLoggedError {
-		return msg
-	}
-	cut := maxLoggedError
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + fmt.Sprintf("… (%d bytes more)", len(msg)-cut)
 }
 
 func (s *Server) running(ds []Domain) bool {
