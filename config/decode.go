@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,24 +12,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+
+	"github.com/loadshed/loadshed/internal/yamlbound"
 )
 
-// maxNodes bounds the nodes one file may expand to (aliases included), so
-// that a file of nested aliases cannot make the decoder work for ever.
-const maxNodes = 100_000
-
-// MaxFileBytes is the largest file Parse reads.
-const MaxFileBytes = 4 << 20
+// MaxFileBytes is the largest file Parse reads by default
+// (Limits.MaxBytes raises it).
+const MaxFileBytes = DefaultMaxBytes
 
 // Parse reads a configuration from YAML or JSON (JSON is YAML's flow
 // style, and goes through the same parser). name is the file's name, for
 // the errors. It reports every problem at once, each with its line and
 // column, the field's path and, for words, the allowed values: syntax
 // errors (the first only: the parser stops there), unknown fields, values
-// of the wrong type, unknown words, and everything Validate finds.
+// of the wrong type, unknown words, and everything Validate finds. A file
+// past opts.Limits (its size, nesting, values with aliases expanded, rules)
+// is refused at the position where it passes them, before it is decoded.
 //
 // The result is nil whenever err is not.
 func Parse(name string, data []byte, opts Options) (*File, error) {
@@ -37,7 +37,7 @@ func Parse(name string, data []byte, opts Options) (*File, error) {
 }
 
 func parse(name string, data []byte, opts Options) (*File, positions, error) {
-	f, pos, errs := decodeFile(name, data)
+	f, pos, errs := decodeFile(name, data, opts.Limits)
 	if !f.unparsed {
 		errs = append(errs, related(errs, validate(f, opts))...)
 	}
@@ -55,7 +55,7 @@ func Load(path string, opts Options) (*Built, error) {
 }
 
 func load(path string, opts Options, prev *Built) (*Built, error) {
-	data, err := readFile(path)
+	data, err := readFile(path, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -70,13 +70,19 @@ func load(path string, opts Options, prev *Built) (*Built, error) {
 	return b, err
 }
 
-func readFile(path string) ([]byte, error) {
+// readFile reads path, up to one byte past lim's size, so that the size
+// check of a larger file reads no more of it.
+func readFile(path string, lim Limits) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	max := lim.WithDefaults().MaxBytes
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
+		return nil, Errors{TooLarge(path, fi.Size(), max)}
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("config: reading %s: %w", path, err)
 	}
@@ -85,22 +91,16 @@ func readFile(path string) ([]byte, error) {
 
 // decodeFile parses data and decodes it into a File, collecting every
 // decoding error and where each field's value is.
-func decodeFile(name string, data []byte) (*File, positions, Errors) {
-	d := &decoder{pos: positions{}, anchors: map[string]ast.Node{}}
+func decodeFile(name string, data []byte, lim Limits) (*File, positions, Errors) {
+	lim = lim.WithDefaults()
+	d := &decoder{pos: positions{}, anchors: map[string]ast.Node{}, maxNodes: lim.MaxValues}
 	f := &File{}
-	if len(data) > MaxFileBytes {
-		d.errs = append(d.errs, &Error{Msg: fmt.Sprintf("the file is %d bytes, larger than the %d read", len(data), MaxFileBytes)})
-		f.unparsed = true
-		return f, d.pos, d.errs
-	}
-	file, err := parseYAML(data)
+	file, err := yamlbound.Parse(data, lim.yaml())
 	if err != nil {
-		e := &Error{Msg: err.Error()}
-		if se, ok := err.(*yaml.SyntaxError); ok {
-			e.Msg = se.Message
-			if tk := se.Token; tk != nil && tk.Position != nil {
-				e.Line, e.Column = tk.Position.Line, tk.Position.Column
-			}
+		e := &Error{Line: 1, Column: 1, Msg: err.Error()}
+		var be *yamlbound.Error
+		if errors.As(err, &be) {
+			e.Line, e.Column, e.Msg = be.Line, be.Column, be.Msg
 		}
 		d.errs = append(d.errs, e)
 		f.unparsed = true
@@ -127,25 +127,44 @@ func decodeFile(name string, data []byte) (*File, positions, Errors) {
 	}
 	d.pos[""] = nodePos(body)
 	d.decode(body, reflect.ValueOf(f).Elem(), "")
+	if len(d.errs) == 0 {
+		d.countRules(f, lim.MaxRules)
+	}
 	return f, d.pos, d.errs
 }
 
-// parseYAML is parser.ParseBytes, turning the parser's panics on
-// malformed input (if any remain) into errors.
-func parseYAML(data []byte) (f *ast.File, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			f, err = nil, fmt.Errorf("the YAML parser failed on this file: %v", r)
+// countRules refuses a file with more rate-limit descriptors than max, at
+// the first past it.
+func (d *decoder) countRules(f *File, max int) {
+	n := 0
+	var walk func(ds []Descriptor, path string) bool
+	walk = func(ds []Descriptor, path string) bool {
+		for i := range ds {
+			at := path + "[" + strconv.Itoa(i) + "]"
+			if n++; n > max {
+				p := d.pos[at]
+				d.errs = append(d.errs, &Error{Line: p.line, Column: p.col, Path: at, Msg: fmt.Sprintf("the file defines more than %d descriptors, aliases expanded (raise the limit to read it)", max)})
+				return false
+			}
+			if !walk(ds[i].Descriptors, at+".descriptors") {
+				return false
+			}
 		}
-	}()
-	return parser.ParseBytes(data, 0)
+		return true
+	}
+	for i, l := range f.Layers {
+		if l.RateLimit != nil && !walk(l.RateLimit.Descriptors, "layers["+strconv.Itoa(i)+"].ratelimit.descriptors") {
+			return
+		}
+	}
 }
 
 type decoder struct {
-	errs    Errors
-	pos     positions
-	anchors map[string]ast.Node
-	nodes   int
+	errs     Errors
+	pos      positions
+	anchors  map[string]ast.Node
+	nodes    int
+	maxNodes int // a backstop: yamlbound counted the values already
 }
 
 func nodePos(n ast.Node) pos {
@@ -202,9 +221,9 @@ func (d *decoder) resolve(n ast.Node, path string) ast.Node {
 var durationType = reflect.TypeFor[time.Duration]()
 
 func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
-	if d.nodes++; d.nodes > maxNodes {
-		if d.nodes == maxNodes+1 {
-			d.errorf(n, path, nil, "the file expands to more than %d values (aliases included)", maxNodes)
+	if d.nodes++; d.nodes > d.maxNodes {
+		if d.nodes == d.maxNodes+1 {
+			d.errorf(n, path, nil, "the file expands to more than %d values (aliases included)", d.maxNodes)
 		}
 		return
 	}

@@ -57,11 +57,20 @@ func (e *Error) Error() string {
 // with errors.As.
 type Errors []*Error
 
-// Error lists the errors, one a line.
+// MaxErrorsShown is how many errors Errors.Error lists in full; the rest
+// it counts ("and 17575 more errors"), so that a file with thousands of
+// errors still makes a message, or a log line, a person can read.
+const MaxErrorsShown = 20
+
+// Error lists the errors, one a line, at most MaxErrorsShown of them.
 func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
+	shown := es[:min(len(es), MaxErrorsShown)]
+	lines := make([]string, len(shown), len(shown)+1)
+	for i, e := range shown {
 		lines[i] = e.Error()
+	}
+	if more := len(es) - len(shown); more > 0 {
+		lines = append(lines, "and "+strconv.Itoa(more)+" more error"+map[bool]string{true: "s"}[more > 1])
 	}
 	return strings.Join(lines, "\n")
 }

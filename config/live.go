@@ -6,9 +6,11 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
@@ -54,6 +56,10 @@ type Live struct {
 	gens uint64
 
 	applied, refused atomic.Int64
+
+	lastMu  sync.Mutex
+	lastAt  time.Time // the last reload's time, for LastReload
+	lastErr error
 }
 
 // generation is one configuration in service, and the requests inside it.
@@ -71,7 +77,7 @@ type generation struct {
 // changes, Close when done.
 func Open(path string, opts Options) (*Live, error) {
 	l := &Live{path: path, opts: opts}
-	data, err := readFile(path)
+	data, err := readFile(path, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +126,7 @@ func (l *Live) build(data []byte, prev *Built) (*generation, int, int, error) {
 // Reload reads the file again and, if it is valid, puts it in service. It
 // returns why it refused the file (Errors for a bad one), or nil.
 func (l *Live) Reload() error {
-	data, err := readFile(l.path)
+	data, err := readFile(l.path, l.opts.Limits)
 	if err != nil {
 		return l.failed(err)
 	}
@@ -149,13 +155,16 @@ func (l *Live) reload(data []byte, force bool) error {
 }
 
 func (l *Live) report(r Reload) error {
+	l.lastMu.Lock()
+	l.lastAt, l.lastErr = time.Now(), r.Err
+	l.lastMu.Unlock()
 	log := l.opts.logger()
 	if r.Applied {
 		l.applied.Add(1)
 		log.Info("config: reloaded", "path", r.Path, "generation", r.Generation, "kept", r.Kept, "made", r.Made)
 	} else {
 		l.refused.Add(1)
-		log.Error("config: refused the file; the running configuration keeps serving", "path", r.Path, "generation", r.Generation, "err", r.Err)
+		log.Error("config: refused the file; the running configuration keeps serving", "path", r.Path, "generation", r.Generation, "err", ErrorText(r.Err))
 	}
 	if l.opts.OnReload != nil {
 		l.opts.OnReload(r)
@@ -170,6 +179,37 @@ func (l *Live) failed(err error) error {
 		n = g.n
 	}
 	return l.report(Reload{Path: l.path, Err: err, Generation: n})
+}
+
+// LastReload returns when the file was last reloaded (Reload, Watch or
+// SIGHUP; a file found unchanged does not count) and why it was refused,
+// nil when it was applied; a zero time before the first reload. A status
+// page shows it.
+func (l *Live) LastReload() (at time.Time, err error) {
+	l.lastMu.Lock()
+	defer l.lastMu.Unlock()
+	return l.lastAt, l.lastErr
+}
+
+// MaxErrorText bounds ErrorText.
+const MaxErrorText = 4096
+
+// ErrorText is err's text cut to MaxErrorText bytes, for a log line or a
+// status page: Errors lists at most MaxErrorsShown errors, but one error
+// may quote a long value from the file.
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if len(msg) <= MaxErrorText {
+		return msg
+	}
+	cut := MaxErrorText
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "… (" + strconv.Itoa(len(msg)-cut) + " bytes more)"
 }
 
 // Stats returns how many reloads were applied and how many refused.
@@ -297,7 +337,7 @@ const WatchDelay = 100 * time.Millisecond
 // error, or why it could not watch.
 func (l *Live) Watch(ctx context.Context) error {
 	return WatchPath(ctx, l.path, func() {
-		data, err := readFile(l.path)
+		data, err := readFile(l.path, l.opts.Limits)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) { // being replaced: its Create follows
 				l.failed(err)

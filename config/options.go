@@ -38,6 +38,9 @@ type Options struct {
 	// OnReload, when set, is told the result of every reload, applied or
 	// refused, after it is logged.
 	OnReload func(Reload)
+	// Limits bound what reading the file may cost (zero fields: the
+	// defaults); a file past them is refused with its position.
+	Limits Limits
 	// MemoryOnly builds every layer on in-memory stores, whatever the file
 	// says: `loadshed try` uses it to decide without a Redis server.
 	MemoryOnly bool

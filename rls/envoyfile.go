@@ -7,6 +7,7 @@ package rls
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,10 +18,10 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/yamlbound"
 	"github.com/loadshed/loadshed/ratelimit"
 )
 
@@ -66,8 +67,11 @@ type yamlRate struct {
 
 // IsEnvoyConfig reports whether path is a directory (of envoyproxy/ratelimit
 // files) or a YAML file whose top level has a domain and no layers: an
-// envoyproxy/ratelimit file rather than loadshed's own.
-func IsEnvoyConfig(path string) bool {
+// envoyproxy/ratelimit file rather than loadshed's own. It reads the file
+// within the default config.Limits; a file past them is not one.
+func IsEnvoyConfig(path string) bool { return isEnvoyConfig(path, config.Limits{}) }
+
+func isEnvoyConfig(path string, lim config.Limits) bool {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return false
@@ -75,23 +79,63 @@ func IsEnvoyConfig(path string) bool {
 	if fi.IsDir() {
 		return true
 	}
-	data, err := os.ReadFile(path)
+	data, err := readLimited(path, lim)
 	if err != nil {
 		return false
 	}
-	var top map[string]any
-	if unmarshalYAML(data, &top) != nil {
+	file, err := yamlbound.Parse(data, yamlLimits(lim))
+	if err != nil || len(file.Docs) == 0 || file.Docs[0] == nil {
 		return false
 	}
-	_, domain := top["domain"]
-	_, layers := top["layers"]
+	domain, layers := false, false
+	if m, ok := file.Docs[0].Body.(ast.MapNode); ok {
+		for it := m.MapRange(); it.Next(); {
+			k := it.Key()
+			if k == nil || k.GetToken() == nil {
+				continue
+			}
+			switch k.GetToken().Value {
+			case "domain":
+				domain = true
+			case "layers":
+				layers = true
+			}
+		}
+	}
 	return domain && !layers
+}
+
+// readLimited reads path, up to one byte past lim's size, so that the
+// size check of a larger file reads no more of it.
+func readLimited(path string, lim config.Limits) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("rls: %w", err)
+	}
+	defer fh.Close()
+	max := lim.WithDefaults().MaxBytes
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
+		return nil, config.Errors{config.TooLarge(path, fi.Size(), max)}
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("rls: reading %s: %w", path, err)
+	}
+	return data, nil
+}
+
+func yamlLimits(lim config.Limits) yamlbound.Limits {
+	lim = lim.WithDefaults()
+	return yamlbound.Limits{MaxBytes: lim.MaxBytes, MaxDepth: lim.MaxDepth, MaxNodes: lim.MaxValues}
 }
 
 // LoadEnvoyConfig reads envoyproxy/ratelimit configuration: one file, or
 // every *.yaml and *.yml file of a directory, one domain each. Errors are
-// config.Errors, each with its file, line and column.
-func LoadEnvoyConfig(path string) ([]Domain, error) {
+// config.Errors, each with its file, line and column. Each file is read
+// within the default config.Limits.
+func LoadEnvoyConfig(path string) ([]Domain, error) { return loadEnvoyConfig(path, config.Limits{}) }
+
+func loadEnvoyConfig(path string, lim config.Limits) ([]Domain, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
@@ -117,11 +161,11 @@ func LoadEnvoyConfig(path string) ([]Domain, error) {
 	var errs config.Errors
 	seen := map[string]string{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readLimited(f, lim)
 		if err != nil {
-			return nil, fmt.Errorf("rls: %w", err)
+			return nil, err
 		}
-		d, es := ParseEnvoyConfig(f, data)
+		d, es := parseEnvoyConfig(f, data, lim)
 		errs = append(errs, es...)
 		if len(es) > 0 {
 			continue
@@ -142,17 +186,37 @@ func LoadEnvoyConfig(path string) ([]Domain, error) {
 // ParseEnvoyConfig reads one envoyproxy/ratelimit file. It refuses what
 // envoyproxy/ratelimit refuses (unknown keys, an empty domain or key, a
 // duplicate entry, an unknown unit, a unit with unlimited, a bad replaces)
-// and what loadshed's additions make wrong.
+// and what loadshed's additions make wrong, a value the field cannot hold
+// exactly (requests_per_unit: 2.5, value: 010), and a file past the default
+// config.Limits (its size, nesting, values with aliases expanded, and
+// descriptors), before it costs memory in proportion to them.
 func ParseEnvoyConfig(name string, data []byte) (Domain, config.Errors) {
-	file, err := parseYAML(data)
+	return parseEnvoyConfig(name, data, config.Limits{})
+}
+
+func parseEnvoyConfig(name string, data []byte, lim config.Limits) (Domain, config.Errors) {
+	lim = lim.WithDefaults()
+	file, err := yamlbound.Parse(data, yamlLimits(lim))
 	if err != nil {
 		return Domain{}, config.Errors{yamlError(name, err)}
 	}
-	var root yamlRoot
-	if err := unmarshalYAML(data, &root, yaml.Strict()); err != nil {
-		return Domain{}, config.Errors{yamlError(name, err)}
+	var body ast.Node
+	if len(file.Docs) > 0 && file.Docs[0] != nil {
+		body = file.Docs[0].Body
 	}
-	p := &envoyParser{name: name, file: file}
+	p := &envoyParser{name: name, file: file, maxRules: lim.MaxRules}
+	if body != nil {
+		p.exact(body, rootFields, "", map[ast.Node]bool{})
+		if len(p.errs) > 0 {
+			return Domain{}, p.errs
+		}
+	}
+	var root yamlRoot
+	if body != nil {
+		if err := yamlbound.Decode(body, &root, yaml.Strict()); err != nil {
+			return Domain{}, config.Errors{yamlError(name, err)}
+		}
+	}
 	if root.Domain == "" {
 		p.errorf("domain", "config file cannot have empty domain")
 	}
@@ -161,20 +225,32 @@ func ParseEnvoyConfig(name string, data []byte) (Domain, config.Errors) {
 }
 
 type envoyParser struct {
-	name string
-	file *ast.File
-	errs config.Errors
+	name     string
+	file     *ast.File
+	errs     config.Errors
+	maxRules int
+	rules    int
+	anchors  map[string]ast.Node // by name, for the exactness check
 }
 
-// errorf records an error at the value of the field path ("descriptors[0].key").
+// errorf records an error at the value of the field path
+// ("descriptors[0].key"), or at the nearest field above it the file has.
 func (p *envoyParser) errorf(path, format string, args ...any) {
-	e := &config.Error{File: p.name, Path: path, Msg: fmt.Sprintf(format, args...)}
-	if yp, err := yaml.PathString("$." + path); err == nil {
-		if n, err := yp.FilterFile(p.file); err == nil && n != nil {
-			if t := n.GetToken(); t != nil && t.Position != nil {
-				e.Line, e.Column = t.Position.Line, t.Position.Column
+	e := &config.Error{File: p.name, Path: path, Msg: fmt.Sprintf(format, args...), Line: 1, Column: 1}
+	for at := path; at != ""; {
+		if yp, err := yaml.PathString("$." + at); err == nil {
+			if n, err := yp.FilterFile(p.file); err == nil && n != nil {
+				if t := n.GetToken(); t != nil && t.Position != nil {
+					e.Line, e.Column = t.Position.Line, t.Position.Column
+					break
+				}
 			}
 		}
+		i := strings.LastIndexAny(at, ".[")
+		if i < 0 {
+			break
+		}
+		at = at[:i]
 	}
 	p.errs = append(p.errs, e)
 }
@@ -184,6 +260,12 @@ func (p *envoyParser) descriptors(ys []yamlDescriptor, path string) []Descriptor
 	seen := map[string]bool{}
 	for i, y := range ys {
 		at := path + "[" + strconv.Itoa(i) + "]"
+		if p.rules++; p.rules > p.maxRules {
+			if p.rules == p.maxRules+1 {
+				p.errorf(at, "the file defines more than %d descriptors, aliases expanded (raise the limit to read it)", p.maxRules)
+			}
+			return out
+		}
 		if y.Key == "" {
 			p.errorf(at, "descriptor has empty key")
 			continue
@@ -322,8 +404,12 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 		if err != nil || d < 0 {
 			p.errorf(path+"."+f.name, "%s must be a duration (\"30s\"), got %q", f.name, f.v)
 			ok = false
+			continue
 		}
 		*f.d = d
+	}
+	if !ok {
+		return false
 	}
 	if err := s.enforcement().Validate(); err != nil {
 		p.errorf(path+".overage", "%v", err)
@@ -337,39 +423,13 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 // and far from every overflow.
 const maxPeriod = 100 * 365 * 24 * time.Hour
 
-// errYAMLPanic is what a panic of the YAML library becomes: a file
-// that makes it fail is refused, at its first line, rather than taking the
-// process down with it.
-var errYAMLPanic = errors.New("the YAML library failed on this file")
-
-// parseYAML is parser.ParseBytes, with the library's panics on malformed
-// input turned into errors.
-func parseYAML(data []byte) (f *ast.File, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			f, err = nil, fmt.Errorf("%w: %v", errYAMLPanic, r)
-		}
-	}()
-	return parser.ParseBytes(data, 0)
-}
-
-// unmarshalYAML is yaml.UnmarshalWithOptions, with the library's panics
-// turned into errors.
-func unmarshalYAML(data []byte, v any, opts ...yaml.DecodeOption) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", errYAMLPanic, r)
-		}
-	}()
-	return yaml.UnmarshalWithOptions(data, v, opts...)
-}
-
 // yamlError turns a YAML syntax or type error into a config.Error at its
 // position.
 func yamlError(name string, err error) *config.Error {
-	e := &config.Error{File: name, Msg: err.Error()}
-	if errors.Is(err, errYAMLPanic) {
-		e.Line, e.Column = 1, 1
+	e := &config.Error{File: name, Msg: err.Error(), Line: 1, Column: 1}
+	var be *yamlbound.Error
+	if errors.As(err, &be) {
+		e.Line, e.Column, e.Msg = be.Line, be.Column, be.Msg
 		return e
 	}
 	var te interface {

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -64,18 +63,23 @@ func fromDescriptors(cs []config.Descriptor, dryRun bool, soft *Soft, path strin
 // Load reads path as loadshed serve does: a directory or an
 // envoyproxy/ratelimit file (IsEnvoyConfig), else a loadshed file, of
 // which the ratelimit sections count. Errors are config.Errors with
-// positions where the file has them.
-func Load(path string) ([]Domain, error) {
-	if IsEnvoyConfig(path) {
-		return LoadEnvoyConfig(path)
+// positions where the file has them. Files are read within the default
+// config.Limits.
+func Load(path string) ([]Domain, error) { return LoadLimited(path, config.Limits{}) }
+
+// LoadLimited is Load within lim (zero fields: the defaults): a file past
+// them is refused, with the position where it passes them.
+func LoadLimited(path string, lim config.Limits) ([]Domain, error) {
+	if isEnvoyConfig(path, lim) {
+		return loadEnvoyConfig(path, lim)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readLimited(path, lim)
 	if err != nil {
-		return nil, fmt.Errorf("rls: %w", err)
+		return nil, err
 	}
 	// The service builds no chain: elastic layers and Redis stores are
 	// checked as a file, not connected.
-	f, err := config.Parse(path, data, config.Options{MemoryOnly: true, Headroom: shed.HeadroomFunc(func() float64 { return 1 })})
+	f, err := config.Parse(path, data, config.Options{MemoryOnly: true, Limits: lim, Headroom: shed.HeadroomFunc(func() float64 { return 1 })})
 	if err != nil {
 		return nil, err
 	}

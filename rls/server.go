@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 )
@@ -79,6 +80,10 @@ type Config struct {
 	Clock shed.Clock
 	// Logger logs reloads (default slog.Default()).
 	Logger *slog.Logger
+	// Limits bound what reading a file costs ReloadFrom and Watch (zero
+	// fields: config's defaults); LoadLimited reads the first rules within
+	// the same.
+	Limits config.Limits
 }
 
 // Server answers envoy.service.ratelimit.v3.RateLimitService from loadshed's
@@ -96,6 +101,7 @@ type Server struct {
 	rules  []Domain // what table was compiled from, for Watch to skip a file that did not change
 
 	applied, refused atomic.Int64
+	last             lastReload // ReloadFrom's last result, for LastReload
 
 	overrides  sync.Map // overrideKey → *node
 	nOverrides atomic.Int32

@@ -3,6 +3,8 @@ package rls
 import (
 	"context"
 	"reflect"
+	"sync"
+	"time"
 
 	"github.com/loadshed/loadshed/config"
 )
@@ -15,20 +17,46 @@ func (s *Server) ReloadFrom(path string) error { return s.reloadFrom(path, true)
 // reloadFrom is ReloadFrom; unless always, rules equal to the running ones
 // are left as they are, neither reloaded nor counted.
 func (s *Server) reloadFrom(path string, always bool) error {
-	ds, err := Load(path)
+	ds, err := LoadLimited(path, s.cfg.Limits)
 	if err == nil && !always && s.running(ds) {
 		return nil
 	}
 	if err == nil {
 		err = s.Reload(ds)
 	}
+	s.last.set(time.Now(), err)
 	if err != nil {
 		s.refused.Add(1)
-		s.cfg.Logger.Error("rls: configuration refused; the running rules keep serving", "path", path, "err", err)
+		s.cfg.Logger.Error("rls: configuration refused; the running rules keep serving", "path", path, "err", config.ErrorText(err))
 		return err
 	}
 	s.applied.Add(1)
 	return nil
+}
+
+// LastReload returns when ReloadFrom or Watch last read the rules, and why
+// that read was refused (nil when it was applied); a zero time when none
+// has yet. A status page shows it; the running rules are those of the
+// last applied reload, or New's.
+func (s *Server) LastReload() (at time.Time, err error) { return s.last.get() }
+
+// lastReload is a reload's time and outcome, read by other goroutines.
+type lastReload struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (l *lastReload) set(at time.Time, err error) {
+	l.mu.Lock()
+	l.at, l.err = at, err
+	l.mu.Unlock()
+}
+
+func (l *lastReload) get() (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.at, l.err
 }
 
 func (s *Server) running(ds []Domain) bool {

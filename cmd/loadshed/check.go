@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -32,15 +31,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		b, err := config.Load(path, options())
 		if err != nil {
 			status = 1
-			var es config.Errors
-			if errors.As(err, &es) {
-				for _, e := range es {
-					fmt.Fprintln(stderr, e)
-				}
-				fmt.Fprintf(stderr, "%s: %d error%s\n", path, len(es), plural(len(es)))
-			} else {
-				fmt.Fprintln(stderr, err)
-			}
+			printErrors(stderr, path, err)
 			continue
 		}
 		var names []string

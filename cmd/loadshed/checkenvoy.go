@@ -32,15 +32,14 @@ func checkEnvoy(path string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// printErrors prints a configuration's errors one a line, with their count.
+// printErrors prints a configuration's errors one a line (the first
+// config.MaxErrorsShown of them), with their count.
 func printErrors(stderr io.Writer, path string, err error) {
 	var es config.Errors
 	if !errors.As(err, &es) {
 		fmt.Fprintln(stderr, err)
 		return
 	}
-	for _, e := range es {
-		fmt.Fprintln(stderr, e)
-	}
+	fmt.Fprintln(stderr, es)
 	fmt.Fprintf(stderr, "%s: %d error%s\n", path, len(es), plural(len(es)))
 }

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/rls"
 	"github.com/loadshed/loadshed/shed"
@@ -42,7 +43,15 @@ Serves Envoy's Rate Limit Service (envoy.service.ratelimit.v3) from the
 ratelimit sections of a loadshed file, or from a directory (or one file) of
 envoyproxy/ratelimit configuration. Counts are in memory unless -redis is
 given. The configuration reloads when it changes and on SIGHUP; a file with
-an error is refused and the running rules keep serving.
+an error is refused and the running rules keep serving, and
+loadshed_rls_last_reload_success and _timestamp_seconds tell of it.
+
+A configuration file is read within limits, so that a file someone else
+wrote cannot take the service's memory: at most -config-max-bytes bytes,
+nested at most -config-max-depth levels, at most -config-max-values values
+and -config-max-rules descriptors, aliases expanded. The defaults are far
+above any real file; a file past them is refused with the line and column
+where it passes them.
 
 Every flag may also be set by the environment variable named in brackets.
 `
@@ -57,6 +66,7 @@ type serveFlags struct {
 	maxStreams                 int
 	grpcWorkers                int
 	maxDescriptors             int
+	limits                     config.Limits
 	redisTimeout               time.Duration
 	batch                      float64
 	pipeline                   int
@@ -96,6 +106,10 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	integer(&f.maxStreams, "max-streams", "LOADSHED_MAX_STREAMS", 1000, "most concurrent gRPC streams per connection")
 	integer(&f.grpcWorkers, "grpc-workers", "LOADSHED_GRPC_WORKERS", 128, "goroutines kept to run gRPC calls, whose stacks have grown once (0: a new goroutine per call); a call finding none idle gets a new one")
 	integer(&f.maxDescriptors, "max-descriptors", "LOADSHED_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "most descriptors in one request")
+	integer(&f.limits.MaxBytes, "config-max-bytes", "LOADSHED_CONFIG_MAX_BYTES", config.DefaultMaxBytes, "largest configuration file read")
+	integer(&f.limits.MaxDepth, "config-max-depth", "LOADSHED_CONFIG_MAX_DEPTH", config.DefaultMaxDepth, "deepest nesting of lists and sections in a configuration file")
+	integer(&f.limits.MaxValues, "config-max-values", "LOADSHED_CONFIG_MAX_VALUES", config.DefaultMaxValues, "most values in a configuration file, aliases expanded")
+	integer(&f.limits.MaxRules, "config-max-rules", "LOADSHED_CONFIG_MAX_RULES", config.DefaultMaxRules, "most rate limit descriptors in a configuration file, aliases expanded")
 	fs.DurationVar(&f.redisTimeout, "redis-timeout", envDuration("LOADSHED_REDIS_TIMEOUT", 0), "one decision's Redis round trip; past it the local share decides (default the store's) [LOADSHED_REDIS_TIMEOUT]")
 	integer(&f.pipeline, "pipeline", "LOADSHED_PIPELINE", -1, "Redis: send concurrent decisions' scripts together, on this many connections at once (0: one round trip each; default 4 on a single node, 0 on a Cluster or Sentinel, whose retries pipelining turns off)")
 	fs.Float64Var(&f.batch, "batch", envFloat("LOADSHED_BATCH", 0), "batched mode: lease this fraction of each limit per round trip (0: exact) [LOADSHED_BATCH]")
@@ -147,7 +161,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	domains, err := rls.Load(f.config)
+	domains, err := rls.LoadLimited(f.config, f.limits)
 	if err != nil {
 		printErrors(stderr, f.config, err)
 		return 1
@@ -170,7 +184,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 
 	cfg := rls.Config{
 		Domains: domains, RateLimitHeaders: f.headers, LegacyHeaders: f.legacyHeaders,
-		MaxDescriptors: f.maxDescriptors, Observer: metrics, Logger: logger,
+		MaxDescriptors: f.maxDescriptors, Observer: metrics, Logger: logger, Limits: f.limits,
 		OnResponse: func(domain string, code pb.RateLimitResponse_Code) {
 			responses.WithLabelValues(domain, strings.ToLower(code.String())).Inc()
 		},
@@ -214,6 +228,24 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "loadshed_rls_reloads_refused_total", Help: "Configuration reloads refused (the running rules kept serving).",
 	}, func() float64 { _, r := srv.ReloadStats(); return float64(r) }))
+	started := time.Now()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loadshed_rls_last_reload_success", Help: "1 when the last read of the configuration was applied (or none was made since the start), 0 when it was refused.",
+	}, func() float64 {
+		if _, err := srv.LastReload(); err != nil {
+			return 0
+		}
+		return 1
+	}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loadshed_rls_last_reload_timestamp_seconds", Help: "When the configuration was last read, applied or refused (the start, before the first reload), in seconds since the Unix epoch.",
+	}, func() float64 {
+		at, _ := srv.LastReload()
+		if at.IsZero() {
+			at = started
+		}
+		return float64(at.UnixNano()) / 1e9
+	}))
 
 	gl, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {

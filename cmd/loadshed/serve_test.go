@@ -219,7 +219,7 @@ func TestCheckEnvoyFiles(t *testing.T) {
 	}
 	// A file that made the YAML library panic: an error, not a stack trace.
 	code, _, errOut = runCmd("check", "../../rls/testdata/hostile/crash.yaml")
-	if code != 1 || !strings.Contains(errOut, "crash.yaml:1:1:") || strings.Contains(errOut, "goroutine") {
+	if code != 1 || !strings.Contains(errOut, "crash.yaml:1:") || strings.Contains(errOut, "goroutine") {
 		t.Errorf("check of a file that panicked the parser: exit %d\n%s", code, errOut)
 	}
 }
@@ -360,7 +360,20 @@ func TestServeSurvivesAFileThatPanicsTheParser(t *testing.T) {
 	if l := limitOf(); l != 5 {
 		t.Fatalf("after the hostile file, limit %d, want 5 (the running rules)", l)
 	}
+	if m := get(t, "http://"+h+"/metrics"); !strings.Contains(m, "loadshed_rls_last_reload_success 0") || !strings.Contains(m, "loadshed_rls_last_reload_timestamp_seconds ") {
+		t.Errorf("/metrics does not tell of the refusal:\n%s", m)
+	}
 	if !strings.Contains(logs.String(), "api.yaml:") {
 		t.Errorf("the refusal does not place the error:\n%s", logs)
+	}
+}
+
+// serve -h gives the limits of a configuration file and their defaults.
+func TestServeHelpGivesTheLimits(t *testing.T) {
+	_, _, errOut := runCmd("serve", "-h")
+	for _, want := range []string{"-config-max-bytes", "(default 4194304)", "-config-max-depth", "(default 100)", "-config-max-values", "(default 200000)", "-config-max-rules", "(default 20000)", "line and column"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("serve -h lacks %q:\n%s", want, errOut)
+		}
 	}
 }

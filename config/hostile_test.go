@@ -1,0 +1,149 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// deepDescriptors nests a ratelimit layer's descriptors n deep.
+func deepDescriptors(n int) string {
+	return "layers:\n  - ratelimit:\n      descriptors: " + strings.Repeat("[{key: key, descriptors: ", n) + "[]" + strings.Repeat("}]", n) + "\n"
+}
+
+// aliasedDescriptors multiplies descriptors by aliases, each level ten of
+// the previous one; every leaf is wrong (no unit), so that a file within
+// the limits still has thousands of errors.
+func aliasedDescriptors(levels int) string {
+	var b strings.Builder
+	b.WriteString("layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          descriptors: &a0 [{key: route, rate_limit: {requests_per_unit: 1}}]\n")
+	for i := 1; i < levels; i++ {
+		fmt.Fprintf(&b, "        - key: key\n          descriptors: &a%d [", i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{key: route, value: v%d, descriptors: *a%d}", j, i-1)
+		}
+		b.WriteString("]\n")
+	}
+	return b.String()
+}
+
+func measure(f func()) (time.Duration, float64) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	f()
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return took, float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
+}
+
+// Hostile files in loadshed's format are refused by Parse and Load with a
+// position, in a few MB; a refusal with thousands of errors lists twenty.
+func TestHostileFilesAreRefusedCheaply(t *testing.T) {
+	opts := Options{MemoryOnly: true, Headroom: shed.HeadroomFunc(func() float64 { return 1 })}
+	for _, c := range []struct {
+		name, data, msg string
+		maxMiB          float64
+	}{
+		{"descriptors nested 10000 deep", deepDescriptors(10_000), "nested deeper than 100 levels", 8},
+		{"descriptors nested 10000 deep in JSON", `{"layers": [{"ratelimit": {"descriptors": ` + strings.Repeat(`[{"key": "key", "descriptors": `, 10_000) + "[]" + strings.Repeat("}]", 10_000) + "}}]}", "nested deeper than 100 levels", 8},
+		{"descriptors multiplied by aliases", aliasedDescriptors(9), "values", 8},
+		// Within the limits: decoded, then thousands of errors. It costs
+		// what a file of that many descriptors costs; the message stays short.
+		{"thousands of errors", aliasedDescriptors(4), "more errors", 64},
+		{"a file over the size limit", "layers: []\n#" + strings.Repeat("x", DefaultMaxBytes) + "\n", "bytes, more than the", 8},
+		{"requests_per_unit 2.5", "layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          rate_limit: {unit: second, requests_per_unit: 2.5}\n", "want a whole number", 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := []byte(c.data)
+			var err error
+			took, heap := measure(func() { _, err = Parse("f.yaml", data, opts) })
+			t.Logf("Parse: %d bytes refused in %v, %.2f MiB allocated", len(data), took, heap)
+			check(t, err, c.msg, heap, c.maxMiB)
+			path := filepath.Join(t.TempDir(), "f.yaml")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			took, heap = measure(func() { _, err = Load(path, opts) })
+			t.Logf("Load: refused in %v, %.2f MiB allocated", took, heap)
+			check(t, err, c.msg, heap, c.maxMiB)
+		})
+	}
+}
+
+func check(t *testing.T, err error, msg string, heap, maxMiB float64) {
+	t.Helper()
+	var es Errors
+	if !errors.As(err, &es) || len(es) == 0 {
+		t.Fatalf("%v, want Errors", err)
+	}
+	text := err.Error()
+	if !strings.Contains(text, msg) {
+		t.Errorf("the refusal does not say %q:\n%.2000s", msg, text)
+	}
+	if lines := strings.Count(text, "\n") + 1; lines > MaxErrorsShown+1 || len(text) > 64<<10 {
+		t.Errorf("%d errors make a message of %d lines, %d bytes", len(es), lines, len(text))
+	}
+	for _, e := range es {
+		if e.Line == 0 || e.Column == 0 {
+			t.Errorf("an error without a position: %v", e)
+		}
+	}
+	if heap > maxMiB {
+		t.Errorf("refusing it allocated %.1f MiB, want at most %.0f", heap, maxMiB)
+	}
+}
+
+// A hostile file given to a running Live is refused in a few MB, the
+// running configuration keeps serving, and LastReload tells of it.
+func TestLiveRefusesAHostileFileAndKeepsServing(t *testing.T) {
+	l, path := open(t, fmt.Sprintf(twoRules, 100), Options{})
+	if at, err := l.LastReload(); !at.IsZero() || err != nil {
+		t.Fatalf("LastReload before any: %v %v", at, err)
+	}
+	before := l.Current()
+	writeFile(t, path, aliasedDescriptors(9))
+	var err error
+	took, heap := measure(func() { err = l.Reload() })
+	t.Logf("Reload: refused in %v, %.2f MiB allocated: %v", took, heap, err)
+	if err == nil || heap > 8 {
+		t.Fatalf("Reload: %v after %.1f MiB, want a refusal in at most 8", err, heap)
+	}
+	if l.Current() != before {
+		t.Error("a refused file replaced the configuration")
+	}
+	at, lastErr := l.LastReload()
+	if at.IsZero() || lastErr == nil || !strings.Contains(lastErr.Error(), "values") {
+		t.Errorf("LastReload: %v %v, want the refusal", at, lastErr)
+	}
+	writeFile(t, path, fmt.Sprintf(twoRules, 101))
+	if err := l.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if at2, err := l.LastReload(); err != nil || !at2.After(at) && !at2.Equal(at) {
+		t.Errorf("LastReload after a good file: %v %v", at2, err)
+	}
+}
+
+// ErrorText cuts a long refusal to MaxErrorText bytes.
+func TestErrorTextIsBounded(t *testing.T) {
+	err := Errors{{File: "f", Line: 1, Column: 1, Msg: strings.Repeat("é", 10_000)}}
+	got := ErrorText(err)
+	if len(got) > MaxErrorText+64 || !strings.Contains(got, "bytes more)") {
+		t.Errorf("%d bytes: %.80q…", len(got), got)
+	}
+	if ErrorText(nil) != "" {
+		t.Error("nil")
+	}
+}

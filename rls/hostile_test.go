@@ -1,0 +1,162 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/config"
+)
+
+// envoyLaughs is a "billion laughs" over descriptors: each level lists ten
+// descriptors whose children are the previous level, 10^(levels-1) in all.
+func envoyLaughs(levels int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &a0 [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	for i := 1; i < levels; i++ {
+		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &a%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}", j, i-1)
+		}
+		b.WriteString("]\n")
+	}
+	return b.String()
+}
+
+// envoyDeep nests descriptors n deep.
+func envoyDeep(n int) string {
+	return "domain: d\ndescriptors: " + strings.Repeat("[{key: k, descriptors: ", n) + "[]" + strings.Repeat("}]", n) + "\n"
+}
+
+// hostileEnvoyFiles are the files a refusal must cost little: the name, the
+// file, and what the error says.
+var hostileEnvoyFiles = []struct {
+	name, data, msg string
+}{
+	{"descriptors multiplied by aliases", envoyLaughs(9), "values"},
+	{"six alias levels", envoyLaughs(6), "values"},
+	{"descriptors nested 10000 deep", envoyDeep(10_000), "nested deeper than 100 levels"},
+	{"lists nested 10000 deep", "domain: d\ndescriptors: " + strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000) + "\n", "nested deeper than 100 levels"},
+	{"maps nested 10000 deep", "domain: d\nx: " + strings.Repeat("{a: ", 10_000) + "b" + strings.Repeat("}", 10_000) + "\n", "nested deeper than 100 levels"},
+	{"requests_per_unit 2.5", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2.5}\n", "want a whole number, got 2.5"},
+	{"requests_per_unit as text", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: '5'}\n", "want a whole number"},
+	{"requests_per_unit past uint32", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "from 0 to 4294967295"},
+	{"a value read as other text", "domain: d\ndescriptors:\n  - key: code\n    value: 010\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "quote it"},
+	{"a unit multiplier past a century", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 9223372036854775807, requests_per_unit: 1}\n", "unit_multiplier must be between 1 and 100"},
+	{"a negative overage_for", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, mode: soft, overage: 0.1, overage_for: -5s}\n", "overage_for must be a duration"},
+	{"a file over the size limit", "domain: d\n#" + strings.Repeat("x", config.DefaultMaxBytes) + "\n", "bytes, more than the"},
+}
+
+// measure runs f and returns its time and the heap it allocated.
+func measure(f func()) (time.Duration, float64) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	f()
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return took, float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
+}
+
+// Each hostile file is refused by the envoyproxy/ratelimit reader and by
+// Load, with a position, in a few MB of heap.
+func TestHostileEnvoyFilesAreRefusedCheaply(t *testing.T) {
+	for _, c := range hostileEnvoyFiles {
+		t.Run(c.name, func(t *testing.T) {
+			data := []byte(c.data)
+			var errs config.Errors
+			took, heap := measure(func() { _, errs = ParseEnvoyConfig("f.yaml", data) })
+			t.Logf("ParseEnvoyConfig: %d bytes refused in %v, %.2f MiB allocated", len(data), took, heap)
+			checkRefusal(t, errs, c.msg, heap)
+
+			path := filepath.Join(t.TempDir(), "f.yaml")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			took, heap = measure(func() { _, err = Load(path) })
+			t.Logf("Load: refused in %v, %.2f MiB allocated", took, heap)
+			if !errors.As(err, &errs) {
+				t.Fatalf("Load: %v, want config.Errors", err)
+			}
+			checkRefusal(t, errs, c.msg, heap)
+		})
+	}
+}
+
+func checkRefusal(t *testing.T, errs config.Errors, msg string, heap float64) {
+	t.Helper()
+	if len(errs) == 0 {
+		t.Fatal("accepted")
+	}
+	if !strings.Contains(errs.Error(), msg) {
+		t.Errorf("the refusal does not say %q:\n%v", msg, errs)
+	}
+	for _, e := range errs {
+		if e.File == "" || e.Line == 0 || e.Column == 0 {
+			t.Errorf("an error without a position: %v", e)
+		}
+	}
+	if heap > 8 {
+		t.Errorf("refusing it allocated %.1f MiB, want at most 8", heap)
+	}
+}
+
+// A reload of the nine-level file is refused in a few MB, and the running
+// rules keep serving.
+func TestReloadOfAliasBombKeepsTheRules(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 3}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testServer(t, Config{Domains: ds})
+	if err := os.WriteFile(file, []byte(envoyLaughs(9)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	took, heap := measure(func() { err = s.ReloadFrom(file) })
+	t.Logf("ReloadFrom: refused in %v, %.2f MiB allocated: %v", took, heap, err)
+	if err == nil {
+		t.Fatal("applied")
+	}
+	if heap > 8 {
+		t.Errorf("refusing it allocated %.1f MiB, want at most 8", heap)
+	}
+	if lim := ask(t, s, "d", desc("a=x")).Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); lim != 3 {
+		t.Errorf("limit %d after the refused reload, want 3", lim)
+	}
+	if at, err := s.LastReload(); err == nil || at.IsZero() {
+		t.Errorf("LastReload: %v %v, want the refusal", at, err)
+	}
+}
+
+// A limit can be raised: the six-level file, refused by default, reads
+// with more descriptors allowed.
+func TestLimitsCanBeRaised(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte(envoyLaughs(4)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadLimited(path, config.Limits{MaxRules: 100}); err == nil || !strings.Contains(err.Error(), "more than 100 descriptors") {
+		t.Fatalf("2,345 descriptors within 100: %v", err)
+	}
+	ds, err := LoadLimited(path, config.Limits{MaxRules: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || len(ds[0].Descriptors) != 4 {
+		t.Fatalf("%d domains", len(ds))
+	}
+}
