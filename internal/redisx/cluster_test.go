@@ -9,6 +9,7 @@ import (
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 )
@@ -34,7 +35,7 @@ func clusterLayers(t *testing.T, cl *redistest.Cluster, timeout time.Duration) (
 	t.Cleanup(func() { rl.Close() })
 	ccMaster := cl.MasterOf(cl.Slot(cc.OverallKey())).Addr
 	for i := 0; rlKey == ""; i++ {
-		if k := string(rune('a' + i)); cl.MasterOf(cl.Slot(rl.RedisKey(k))).Addr != ccMaster {
+		if k := string(rune('a' + i)); cl.MasterOf(cl.Slot(redisx.NewKeys(prefix+"rl:").Key("fw", k))).Addr != ccMaster {
 			rlKey = k
 		}
 	}
