@@ -29,7 +29,16 @@ func AppendInt(b []byte, v int64) []byte {
 }
 
 // AppendSeconds appends d in whole seconds, rounded up, as a structured Integer.
-func AppendSeconds(b []byte, d time.Duration) []byte { return AppendInt(b, shed.CeilSeconds(d)) }
+func AppendSeconds(b []byte, d time.Duration) []byte { return AppendInt(b, CeilSeconds(d)) }
+
+// CeilSeconds rounds d up to whole seconds, as the fields and Retry-After
+// count them; negative durations give 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
 
 // AppendString appends s as a structured-field String (RFC 9651 §3.3.3):
 // quoted, with '"' and '\' escaped. Bytes a String cannot hold (controls,
