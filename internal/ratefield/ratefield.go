@@ -138,3 +138,21 @@ func CutReset(q shed.Quota, retryAfter time.Duration) shed.Quota {
 	}
 	return q
 }
+
+// ValidPolicyName reports whether s may name a policy (a rate limit rule,
+// or a layer): 1 to 64 letters, digits, '-', '_' or '.', so that it can
+// label metrics and stand in a RateLimit-Policy field as it is.
+// ratelimit checks its rules' names with it, and config checks a file's
+// before building.
+func ValidPolicyName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

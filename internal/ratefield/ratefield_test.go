@@ -18,3 +18,14 @@ func TestCeilSeconds(t *testing.T) {
 		}
 	}
 }
+
+func TestValidPolicyName(t *testing.T) {
+	for s, want := range map[string]bool{
+		"per-key": true, "a.b_c-1": true, "": false, "has space": false, `q"uote`: false,
+		"x": true, string(make([]byte, 65)): false, "ü": false,
+	} {
+		if got := ValidPolicyName(s); got != want {
+			t.Errorf("ValidPolicyName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
