@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loadshed/loadshed/internal/clientip"
+	"github.com/loadshed/loadshed/internal/propagated"
 	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
@@ -132,7 +133,7 @@ type Interceptors struct {
 	ip        *clientip.Resolver
 	ipHeader  string // ip's header as a metadata key
 	methods   methodTable
-	trust     *propagation.Trust
+	trust     *propagated.Trust
 	priority  func(context.Context, string, shed.Priority) shed.Priority
 	cost      func(context.Context, string) int64
 	skip      func(string) bool
@@ -156,9 +157,9 @@ func New(chain *shed.Chain, cfg Config) (*Interceptors, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var trust *propagation.Trust
+	var trust *propagated.Trust
 	if cfg.Propagation != nil {
-		if trust, err = propagation.New(*cfg.Propagation, "shedgrpc", "Config.Propagation"); err != nil {
+		if trust, err = propagated.NewTrust(*cfg.Propagation, "shedgrpc", "Config.Propagation"); err != nil {
 			errs = append(errs, err)
 		}
 	}
