@@ -124,7 +124,7 @@
 // (default 50ms). The client must have ContextTimeoutEnabled set, or go-redis
 // would ignore the bound; NewRedis checks it. When the script errs or times
 // out, the request is decided by this instance's share of the limits by a
-// local Layer (see Local): each limit ÷ the instances, rounded down, so
+// local Layer: each limit ÷ the instances, rounded down, so
 // the fleet never admits more than a limit; a share of 0 refuses. The
 // instances are RedisConfig.ExpectedInstances when set, else the live
 // instances counted in Redis (each keeps a presence refreshed every second;

@@ -147,9 +147,9 @@ func (r *RedisLayer) Name() string { return r.name }
 // (shed.RouteReader).
 func (r *RedisLayer) ReadsRoute() bool { return r.keyBy == KeyByRoute }
 
-// Local returns the limiter that decides, with this instance's share of the
+// localLimiter returns the limiter that decides, with this instance's share of the
 // limits, while Redis does not answer; nil when every share rounds to 0.
-func (r *RedisLayer) Local() *Layer { return r.share().lim }
+func (r *RedisLayer) localLimiter() *Layer { return r.share().lim }
 
 // Instances returns the instances the outage share divides by now:
 // RedisConfig.ExpectedInstances when set, else the live instances last
@@ -183,7 +183,7 @@ func (r *RedisLayer) InFlight() int64 {
 		n += e.cost
 	}
 	r.mu.Unlock()
-	if l := r.Local(); l != nil {
+	if l := r.localLimiter(); l != nil {
 		n += l.InFlight()
 	}
 	return n
@@ -210,13 +210,13 @@ func (r *RedisLayer) Lost() int64 { return r.stats.lost.Load() }
 // the other layers on the same client).
 func (r *RedisLayer) Fallbacks() int64 { return r.gate.Outages() }
 
-// KeyFor returns the sorted set that counts req's key (its Request.Key or
+// keyFor returns the sorted set that counts req's key (its Request.Key or
 // Request.Route), or "" without a per-key limit. The key appears as its
 // SHA-256 digest, so nothing a client sends can leave the prefix. With an
 // overall limit every key shares the hash tag of the overall set, since one
 // script updates both; otherwise each key has its own tag so that keys
 // spread over a Cluster.
-func (r *RedisLayer) KeyFor(req shed.Request) string {
+func (r *RedisLayer) keyFor(req shed.Request) string {
 	if r.perKey == 0 {
 		return ""
 	}
@@ -230,9 +230,9 @@ func (r *RedisLayer) KeyFor(req shed.Request) string {
 	return r.keys.Key("leases:key", k)
 }
 
-// OverallKey returns the sorted set that counts every request, or "" without
+// overallKey returns the sorted set that counts every request, or "" without
 // an overall limit.
-func (r *RedisLayer) OverallKey() string { return r.allKey }
+func (r *RedisLayer) overallKey() string { return r.allKey }
 
 // Close stops the renewer and removes from Redis every lease this instance
 // holds or may have left there (unconfirmed releases, unanswered

@@ -46,7 +46,7 @@ func (r *RedisLayer) Acquire(ctx context.Context, req shed.Request) (shed.Lease,
 	}
 	keys := make([]string, 0, 2)
 	bounds := make([]int64, 0, 2)
-	if k := r.KeyFor(req); k != "" {
+	if k := r.keyFor(req); k != "" {
 		keys, bounds = append(keys, k), append(bounds, r.perKey)
 	}
 	if r.allKey != "" {

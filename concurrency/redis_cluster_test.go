@@ -123,7 +123,7 @@ func TestClusterFailover(t *testing.T) {
 	const limit = 20
 	r, c := newClusterLayer(t, cl, RedisConfig{Config: Config{Limit: limit}, Prefix: redistest.Prefix(t), ExpectedInstances: 1,
 		TTL: 30 * time.Second})
-	slot := cl.Slot(r.OverallKey())
+	slot := cl.Slot(r.overallKey())
 	var f inFlight
 	var timings redistest.Timings
 	killed := make(chan (<-chan time.Time), 1)
@@ -156,7 +156,7 @@ func TestClusterFailover(t *testing.T) {
 	ended := time.Now()
 	left := int64(-1)
 	for time.Since(ended) < time.Second+r.gate.Interval() {
-		if left = c.ZCard(ctx, r.OverallKey()).Val(); left == 0 {
+		if left = c.ZCard(ctx, r.overallKey()).Val(); left == 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -206,7 +206,7 @@ func TestClusterReleasesAfterFailover(t *testing.T) {
 	if err := c.Do(ctx, "wait", 1, 1000).Err(); err != nil {
 		t.Fatal(err)
 	}
-	okAt := cl.KillMaster(cl.Slot(r.OverallKey()))
+	okAt := cl.KillMaster(cl.Slot(r.overallKey()))
 	for _, ls := range held {
 		ls.Release(shed.Completed)
 	}
@@ -234,10 +234,10 @@ func TestClusterReleasesAfterFailover(t *testing.T) {
 	// The removals owed are retried every ProbeInterval (250ms) until
 	// Redis confirms them, and the first may meet the old slot map: allow
 	// a few retries, far below the renewer's tick the old code waited for.
-	left := c.ZCard(ctx, r.OverallKey()).Val()
+	left := c.ZCard(ctx, r.overallKey()).Val()
 	for left != 0 && time.Since(ok) < time.Second {
 		time.Sleep(10 * time.Millisecond)
-		left = c.ZCard(ctx, r.OverallKey()).Val()
+		left = c.ZCard(ctx, r.overallKey()).Val()
 	}
 	t.Logf("first admission through Redis %v after cluster_state:ok; %d refused with nothing in flight; %d leases left %v after it",
 		back.Round(time.Millisecond), refused, left, time.Since(ok).Round(time.Millisecond))

@@ -109,7 +109,7 @@ func (r *RedisLayer) acquireLocal(ctx context.Context, req shed.Request) (shed.L
 // granted it: the current one, or one replaced since (each ignores a lease
 // it did not grant, and a second release of any copy).
 func (r *RedisLayer) releaseLocal(lease *shed.Lease, o shed.Outcome) {
-	if l := r.Local(); l != nil {
+	if l := r.localLimiter(); l != nil {
 		l.Release(lease, o)
 	}
 	r.oldMu.Lock()
@@ -127,7 +127,7 @@ func (r *RedisLayer) keyEpisode(req shed.Request) *layerkit.Episode {
 	if r.enf.Mode != shed.Soft {
 		return nil
 	}
-	l := r.Local()
+	l := r.localLimiter()
 	if l == nil || l.keys == nil {
 		return nil
 	}
@@ -153,7 +153,7 @@ func joinErrs(errs ...error) error { return errors.Join(errs...) }
 // at once, and is removed from Redis when it answers.
 func (r *RedisLayer) heldOver(req shed.Request, s *localShare) (which, int64) {
 	cost := req.Units()
-	perKey := r.KeyFor(req)
+	perKey := r.keyFor(req)
 	var all, key int64
 	r.mu.Lock()
 	for e := range r.held {

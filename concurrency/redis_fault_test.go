@@ -68,7 +68,7 @@ func cleared(t *testing.T, r *RedisLayer, keys ...string) {
 	c := newClient(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_ = r.Renew(context.Background()) // retries what is pending now, not at the next tick
+		_ = r.renewNow(context.Background()) // retries what is pending now, not at the next tick
 		left := int64(0)
 		for _, k := range keys {
 			left += zcard(t, c, k)
@@ -100,7 +100,7 @@ func TestRedisFaultCutRepliesLeaveNoLease(t *testing.T) {
 			if px.Cuts() == 0 || admitted == 0 {
 				t.Fatalf("the test cut %d replies and admitted %d", px.Cuts(), admitted)
 			}
-			cleared(t, r, r.KeyFor(shed.Request{Key: "k"}), r.OverallKey())
+			cleared(t, r, r.keyFor(shed.Request{Key: "k"}), r.overallKey())
 		})
 	}
 }
@@ -136,7 +136,7 @@ func TestRedisFaultDecisionTime(t *testing.T) {
 			if err := px.Heal(); err != nil {
 				t.Fatal(err)
 			}
-			if n := r.Local().InFlight(); n != 0 {
+			if n := r.localLimiter().InFlight(); n != 0 {
 				t.Fatalf("%d in flight in the local share after the load", n)
 			}
 		})
@@ -245,17 +245,17 @@ func TestRedisReleasesDuringOutageSentOnRecovery(t *testing.T) {
 		ls.Release(shed.Completed)
 	}
 	time.Sleep(3 * probe) // the releases fail meanwhile
-	if zcard(t, direct, r.OverallKey()) != 4 {
+	if zcard(t, direct, r.overallKey()) != 4 {
 		t.Fatal("the releases reached Redis through a black hole")
 	}
 	if err := px.Heal(); err != nil {
 		t.Fatal(err)
 	}
 	healed := time.Now()
-	for zcard(t, direct, r.OverallKey()) != 0 {
+	for zcard(t, direct, r.overallKey()) != 0 {
 		if time.Since(healed) > 10*probe+time.Second {
 			t.Fatalf("%d leases still held %v after Redis answered again (pending %d)",
-				zcard(t, direct, r.OverallKey()), time.Since(healed), r.Pending())
+				zcard(t, direct, r.overallKey()), time.Since(healed), r.Pending())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

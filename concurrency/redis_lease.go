@@ -225,9 +225,9 @@ func (r *RedisLayer) renew(ctx context.Context) {
 	}
 }
 
-// Renew renews every lease held and retries unconfirmed releases now,
+// renewNow renews every lease held and retries unconfirmed releases now,
 // instead of at the next tick of the renewer.
-func (r *RedisLayer) Renew(ctx context.Context) error {
+func (r *RedisLayer) renewNow(ctx context.Context) error {
 	err := r.flush(ctx)
 	r.renew(ctx)
 	return err

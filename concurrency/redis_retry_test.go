@@ -18,7 +18,7 @@ func TestRedisAcquireRunTwiceIsOneAdmission(t *testing.T) {
 	r := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1, Limit: 1}, Prefix: redistest.Prefix(t), ExpectedInstances: 1})
 	ctx := context.Background()
 	req := shed.Request{Key: "k"}
-	e := &redisLease{owner: r, seq: 1, member: r.instance + ":retry", keys: []string{r.KeyFor(req), r.OverallKey()}, cost: 1}
+	e := &redisLease{owner: r, seq: 1, member: r.instance + ":retry", keys: []string{r.keyFor(req), r.overallKey()}, cost: 1}
 	bounds := []int64{1, 1}
 	for run := 1; run <= 2; run++ {
 		res, err := r.run(ctx, e, bounds)
@@ -42,7 +42,7 @@ func TestRedisAcquireRunTwiceIsOneAdmission(t *testing.T) {
 		t.Fatal("a second lease was admitted beside the first")
 	}
 	r.forget(e)
-	if err := r.Renew(ctx); err != nil {
+	if err := r.renewNow(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range e.keys {
@@ -65,13 +65,13 @@ func TestRedisCloseRemovesHeldLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 1 {
+	if n := zcard(t, c, r.overallKey()); n != 1 {
 		t.Fatalf("set holds %d", n)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d after Close, want 0", n)
 	}
 	ls.Release(shed.Completed) // harmless after Close

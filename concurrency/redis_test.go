@@ -88,13 +88,13 @@ func TestRedisLimitsAcrossHosts(t *testing.T) {
 	if r := shedtest.Rejection(t, err); r.Status != http.StatusServiceUnavailable || r.Policies[0].Policy != PolicyOverall {
 		t.Fatalf("over the fleet's limit: %+v", r)
 	}
-	if n := zcard(t, ca, a.OverallKey()); n != 3 {
+	if n := zcard(t, ca, a.overallKey()); n != 3 {
 		t.Fatalf("overall set holds %d, want 3", n)
 	}
-	if n := zcard(t, ca, a.KeyFor(shed.Request{Key: "alice"})); n != 2 {
+	if n := zcard(t, ca, a.keyFor(shed.Request{Key: "alice"})); n != 2 {
 		t.Fatalf("alice's set holds %d, want 2", n)
 	}
-	for _, k := range []string{a.OverallKey(), a.KeyFor(shed.Request{Key: "alice"})} {
+	for _, k := range []string{a.overallKey(), a.keyFor(shed.Request{Key: "alice"})} {
 		if ttl := ca.PTTL(ctx, k).Val(); ttl <= 0 || ttl > DefaultTTL {
 			t.Fatalf("key %s has TTL %v", k, ttl)
 		}
@@ -126,12 +126,12 @@ func TestRedisCostAndModes(t *testing.T) {
 	}
 	// The dry-run admission over the limit holds nothing, as a rejection
 	// would not.
-	if n := zcard(t, c, r.OverallKey()); n != 3 {
+	if n := zcard(t, c, r.overallKey()); n != 3 {
 		t.Fatalf("set holds %d members, want 3 (one per unit of the admission within the limit)", n)
 	}
 	big.Release(shed.Completed)
 	over.Release(shed.Completed)
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d after releases", n)
 	}
 
@@ -171,14 +171,14 @@ func TestRedisReleaseIsIdempotent(t *testing.T) {
 	r.Release(&foreign, shed.Completed)
 	r.Release(&shed.Lease{}, shed.Completed)
 	r.Release(&shed.Lease{Ref: 42}, shed.Completed)
-	if n := zcard(t, c, r.OverallKey()); n != 1 {
+	if n := zcard(t, c, r.overallKey()); n != 1 {
 		t.Fatalf("set holds %d, want b's lease only", n)
 	}
-	if n := zcard(t, c, other.OverallKey()); n != 1 {
+	if n := zcard(t, c, other.overallKey()); n != 1 {
 		t.Fatal("a foreign lease was released by the wrong limiter")
 	}
 	b.Release(shed.Completed)
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d at the end", n)
 	}
 }
@@ -188,23 +188,23 @@ func TestRedisKeysStayInTheirHashTag(t *testing.T) {
 	perKey := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1}, Prefix: "p", ExpectedInstances: 1})
 	both := mustNewRedis(t, c, RedisConfig{Config: Config{PerKey: 1, Limit: 5}, Prefix: "p", ExpectedInstances: 1})
 	for _, k := range []string{"plain", "a}b{c", "}{", "new\nline", "%7D", "{x}", strings.Repeat("z", 500)} {
-		key := perKey.KeyFor(shed.Request{Key: k})
+		key := perKey.keyFor(shed.Request{Key: k})
 		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || !strings.HasPrefix(key, "{p:leases:key:") || !strings.HasSuffix(key, "}") {
 			t.Errorf("per-key key for %q escapes its tag: %q", k, key)
 		}
 		if strings.ContainsAny(key, "\n\r") || len(key) != len("{p:leases:key:}")+43 {
 			t.Errorf("key for %q: %q", k, key)
 		}
-		key = both.KeyFor(shed.Request{Key: k})
+		key = both.keyFor(shed.Request{Key: k})
 		if !strings.HasPrefix(key, "{p:leases}:key:") || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 {
 			t.Errorf("key for %q must share the overall tag {p:leases}: %q", k, key)
 		}
 	}
-	if perKey.KeyFor(shed.Request{Key: "a}b"}) == perKey.KeyFor(shed.Request{Key: "a%7Db"}) {
+	if perKey.keyFor(shed.Request{Key: "a}b"}) == perKey.keyFor(shed.Request{Key: "a%7Db"}) {
 		t.Error("two keys share a set")
 	}
-	if both.OverallKey() != "{p:leases}" || perKey.OverallKey() != "" {
-		t.Errorf("overall keys %q %q", both.OverallKey(), perKey.OverallKey())
+	if both.overallKey() != "{p:leases}" || perKey.overallKey() != "" {
+		t.Errorf("overall keys %q %q", both.overallKey(), perKey.overallKey())
 	}
 }
 
@@ -251,7 +251,7 @@ func TestRedisCrashedHostsLeaseExpires(t *testing.T) {
 	if waited := time.Since(start); waited < ttl-150*time.Millisecond {
 		t.Fatalf("the lease expired after %v, before its TTL of %v", waited, ttl)
 	}
-	if n := zcard(t, live, b.OverallKey()); n != 0 {
+	if n := zcard(t, live, b.overallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 }
@@ -284,21 +284,21 @@ func TestRedisRenewalExtendsLeasesAndNeverResurrects(t *testing.T) {
 		}
 		return s
 	}
-	before := score(r.OverallKey(), member)
+	before := score(r.overallKey(), member)
 	// Let Redis's clock move on a few milliseconds (bounded wait).
 	t1 := redisTimeMs(t, c)
 	for redisTimeMs(t, c) < t1+5 {
 		time.Sleep(time.Millisecond)
 	}
 	clock.Advance(time.Second) // the renewer's tick runs, and returns, inside Advance
-	for _, k := range []string{r.OverallKey(), r.KeyFor(shed.Request{Key: "k"})} {
+	for _, k := range []string{r.overallKey(), r.keyFor(shed.Request{Key: "k"})} {
 		for _, m := range []string{member, member + "#2"} {
 			if after := score(k, m); after <= before {
 				t.Fatalf("%s %s not renewed: %v then %v", k, m, before, after)
 			}
 		}
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 2 {
+	if n := zcard(t, c, r.overallKey()); n != 2 {
 		t.Fatalf("renewal brought back a released lease: %d members", n)
 	}
 	if r.Lost() != 0 {
@@ -306,7 +306,7 @@ func TestRedisRenewalExtendsLeasesAndNeverResurrects(t *testing.T) {
 	}
 	ls.Release(shed.Completed)
 	clock.Advance(time.Second)
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 }
@@ -339,13 +339,13 @@ func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
 	if r.Fallback() || r.Fallbacks() != 0 {
 		t.Fatal("a caller's cancellation must not count as Redis failing")
 	}
-	if err := r.Renew(context.Background()); err != nil {
+	if err := r.renewNow(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("%d leases left behind by cancelled acquires", n)
 	}
-	if n := zcard(t, c, r.KeyFor(shed.Request{Key: "k"})); n != 0 {
+	if n := zcard(t, c, r.keyFor(shed.Request{Key: "k"})); n != 0 {
 		t.Fatalf("%d per-key leases left behind", n)
 	}
 }
@@ -540,7 +540,7 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	if px.accepted.Load() != tried {
 		t.Fatal("a release waited on Redis while falling back")
 	}
-	if n := r.Local().InFlight(); n != 1 {
+	if n := r.localLimiter().InFlight(); n != 1 {
 		t.Fatalf("local in flight %d, want 1", n)
 	}
 
@@ -553,13 +553,13 @@ func TestRedisFallsBackToTheLocalShareAndReturns(t *testing.T) {
 	local[1].Release(shed.Completed)
 	back.Release(shed.Completed)
 	onRedis.Release(shed.Completed)
-	if err := r.Renew(ctx); err != nil { // removes what the timed-out calls may have added
+	if err := r.renewNow(ctx); err != nil { // removes what the timed-out calls may have added
 		t.Fatal(err)
 	}
-	if n := r.Local().InFlight(); n != 0 {
+	if n := r.localLimiter().InFlight(); n != 0 {
 		t.Fatalf("local in flight %d", n)
 	}
-	if n := zcard(t, direct, r.OverallKey()); n != 0 {
+	if n := zcard(t, direct, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 }
@@ -620,7 +620,7 @@ func TestRedisLargeCosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 2500 {
+	if n := zcard(t, c, r.overallKey()); n != 2500 {
 		t.Fatalf("set holds %d members, want 2500", n)
 	}
 	if _, err := r.Acquire(ctx, shed.Request{Cost: 501}); err == nil {
@@ -632,7 +632,7 @@ func TestRedisLargeCosts(t *testing.T) {
 		t.Fatalf("%+v", rej)
 	}
 	big.Release(shed.Completed)
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 
@@ -642,7 +642,7 @@ func TestRedisLargeCosts(t *testing.T) {
 		t.Fatalf("dry run: %v DryRun=%v", err, ls.DryRun)
 	}
 	ls.Release(shed.Completed)
-	if n := zcard(t, c, dry.OverallKey()); n != 0 {
+	if n := zcard(t, c, dry.overallKey()); n != 0 {
 		t.Fatalf("set holds %d", n)
 	}
 }
@@ -696,7 +696,7 @@ func TestRedisCloseWaitsForTheRenewer(t *testing.T) {
 	close(g.release)
 	<-closed
 	<-ticked
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("%d leases left after Close", n)
 	}
 }
@@ -715,7 +715,7 @@ func TestRedisLostLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	score, err := c.ZScore(ctx, r.OverallKey(), ls.Ref.(*redisLease).member).Result()
+	score, err := c.ZScore(ctx, r.overallKey(), ls.Ref.(*redisLease).member).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +726,7 @@ func TestRedisLostLease(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := r.Renew(ctx); err != nil {
+	if err := r.renewNow(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r.Lost() != 1 || r.Held() != 0 {
@@ -736,7 +736,7 @@ func TestRedisLostLease(t *testing.T) {
 	if _, err := r.Acquire(ctx, shed.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 1 {
+	if n := zcard(t, c, r.overallKey()); n != 1 {
 		t.Fatalf("set holds %d, want 1", n)
 	}
 }
@@ -758,11 +758,11 @@ func TestRedisAsyncRelease(t *testing.T) {
 	for i := range held {
 		held[i].Release(shed.Completed)
 	}
-	if n := zcard(t, c, r.OverallKey()); n != 50 {
+	if n := zcard(t, c, r.overallKey()); n != 50 {
 		t.Fatalf("removed before the batch went: %d left", n)
 	}
 	clock.Advance(flushSoon) // the batch goes, in one pipeline, inside Advance
-	if n := zcard(t, c, r.OverallKey()); n != 0 {
+	if n := zcard(t, c, r.overallKey()); n != 0 {
 		t.Fatalf("%d left after the batch", n)
 	}
 	if r.Held() != 0 {
@@ -785,11 +785,11 @@ func TestRedisOutageShareFromLiveInstances(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := a.Local().Limit(); got != 5 {
+	if got := a.localLimiter().Limit(); got != 5 {
 		t.Fatalf("local share %d of 10 over 2 instances, want 5", got)
 	}
 	r3 := mustNewRedis(t, newClient(t), RedisConfig{Config: Config{Limit: 10}, Prefix: prefix, ExpectedInstances: 3})
-	if got := r3.Local().Limit(); got != 3 {
+	if got := r3.localLimiter().Limit(); got != 3 {
 		t.Fatalf("local share %d of 10 over 3 instances, want 3 (rounded down)", got)
 	}
 	if r3.Instances() != 3 {

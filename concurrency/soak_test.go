@@ -179,8 +179,8 @@ func TestSoakRedisNeverLeaks(t *testing.T) {
 	if c.admitted.Load() == 0 || c.rejected.Load() == 0 || c.panicked.Load() == 0 || c.cancelled.Load() == 0 {
 		t.Fatal("the soak did not exercise every path")
 	}
-	if a.Held() != 0 || b.Held() != 0 || local.InFlight() != 0 || a.Local().InFlight() != 0 || b.Local().InFlight() != 0 {
-		t.Fatalf("leaked: held %d+%d, local %d, fallback %d+%d", a.Held(), b.Held(), local.InFlight(), a.Local().InFlight(), b.Local().InFlight())
+	if a.Held() != 0 || b.Held() != 0 || local.InFlight() != 0 || a.localLimiter().InFlight() != 0 || b.localLimiter().InFlight() != 0 {
+		t.Fatalf("leaked: held %d+%d, local %d, fallback %d+%d", a.Held(), b.Held(), local.InFlight(), a.localLimiter().InFlight(), b.localLimiter().InFlight())
 	}
 	// Acquires cancelled while their script ran are cleaned up by the
 	// renewer; Close runs that clean-up once more.

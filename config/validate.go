@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/fleet"
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
@@ -251,7 +252,7 @@ func (c *checker) enforcement(e *Enforcement, path string) {
 
 func (c *checker) rateLimit(r *RateLimit, path string) (enforcing, shadow int) {
 	c.enforcement(&r.Enforcement, path)
-	if r.Name != "" && !ratelimit.ValidName(r.Name) {
+	if r.Name != "" && !ratefield.ValidPolicyName(r.Name) {
 		c.errorf(path+".name", nil, "%q must be 1 to 64 letters, digits, '-', '_' or '.'", r.Name)
 	}
 	c.nonNegative(path+".max_keys", int64(r.MaxKeys))
@@ -267,7 +268,7 @@ func (c *checker) rateLimit(r *RateLimit, path string) (enforcing, shadow int) {
 		} else {
 			enforcing++
 		}
-		if !ratelimit.ValidName(ru.name) {
+		if !ratefield.ValidPolicyName(ru.name) {
 			c.errorf(ru.path+".name", nil, "%q must be 1 to 64 letters, digits, '-', '_' or '.'", ru.name)
 		}
 		if first, dup := names[ru.name]; dup {

@@ -259,7 +259,7 @@ func TestRedisFallbackServerErrorIsNotOutage(t *testing.T) {
 	c, cmds := countedClient(t)
 	clk := shedtest.NewClock(contractStart)
 	r := fixedRedis(t, c, clk, TokenBucket, PerSecond(5), RedisConfig{OnFallback: func(error) {}})
-	if err := c.Set(bg, r.RedisKey("clobbered"), "x", time.Minute).Err(); err != nil {
+	if err := c.Set(bg, r.keyOf("clobbered"), "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, fb, err := r.Decide(bg, "clobbered", 1); err != nil || !fb {

@@ -101,7 +101,7 @@ type FallbackDecider interface {
 //
 // Keys. {<Prefix>:<algorithm>:<base64url SHA-256 of the key>}: the digest is
 // in the Cluster hash tag, so no key, whatever its bytes or length, can move
-// the tag or reach another key's state (see RedisKey). Every write sets a
+// the tag or reach another key's state. Every write sets a
 // TTL for as long as the state matters (a bucket until it is full, a
 // window until it ends, the log until its newest unit expires), so idle keys
 // vanish; the log holds at most Quantity members.
@@ -286,7 +286,7 @@ func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, boo
 // and only the node serving the key's slot is left alone after an outage.
 func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int64, now time.Time) (reply, error) {
 	t := now.UnixNano()
-	rk := r.RedisKey(key)
+	rk := r.keyOf(key)
 	if !r.gate.TryKey(t, rk) {
 		return reply{}, errRedisDown
 	}
@@ -389,7 +389,7 @@ func (r *Redis) noteOver(key string, now time.Time, rep reply, epoch uint64) {
 	r.over.add(key, now, time.Duration(rep.retry1), time.Duration(rep.reset), epoch)
 }
 
-// RedisKey returns the key under which the store keeps key's state:
+// keyOf returns the key under which the store keeps key's state:
 //
 //	{<prefix>:<algorithm>:<base64url SHA-256 of key>}
 //
@@ -397,7 +397,7 @@ func (r *Redis) noteOver(key string, now time.Time, rep reply, epoch uint64) {
 // tag, and the digest in it, so whatever bytes the key holds
 // (braces, spaces, newlines, megabytes) they can neither move the tag nor
 // reach another key's state, and every Redis key has the same bounded size.
-func (r *Redis) RedisKey(key string) string {
+func (r *Redis) keyOf(key string) string {
 	return r.keys.Key(r.algTag, key)
 }
 

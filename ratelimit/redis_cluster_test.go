@@ -151,7 +151,7 @@ func TestClusterFailover(t *testing.T) {
 			if _, fb, err := r.Decide(bg, key, 1); err != nil || fb {
 				t.Fatalf("warm-up: fallback=%v err=%v", fb, err)
 			}
-			slot := cl.Slot(r.RedisKey(key))
+			slot := cl.Slot(r.keyOf(key))
 			var timings redistest.Timings
 			killed := make(chan (<-chan time.Time), 1)
 			time.AfterFunc(killAt, func() { killed <- cl.KillMaster(slot) })
@@ -217,7 +217,7 @@ func TestClusterReshard(t *testing.T) {
 			// 250ms: see TestClusterReshardNoFallback in internal/redisx.
 			r, causes := newClusterStore(t, cl.Client(), alg, clusterLimit(limit), testPrefix(t), 250*time.Millisecond)
 			const key = "reshard"
-			slot := cl.Slot(r.RedisKey(key))
+			slot := cl.Slot(r.keyOf(key))
 			moved := make(chan struct{})
 			time.AfterFunc(300*time.Millisecond, func() {
 				defer close(moved)

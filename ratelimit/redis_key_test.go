@@ -61,7 +61,7 @@ func TestRedisOddKeysAreIsolated(t *testing.T) {
 	clk := shedtest.NewClock(contractStart)
 	r := fixedRedis(t, c, clk, FixedWindow, PerMinute(2), RedisConfig{OverLimitKeys: -1})
 	keys := []string{"a", "a ", "{a}", "a}", "{a", "a\n", "a\r\nSET x y", strings.Repeat("a", 100_000),
-		r.RedisKey("a"), "}" + r.RedisKey("a")}
+		r.keyOf("a"), "}" + r.keyOf("a")}
 	for _, k := range keys {
 		if res, err := r.Allow(bg, k, 2); err != nil || !res.Allowed || res.Remaining != 0 {
 			t.Fatalf("first Allow(%.30q, 2) = %+v, %v; want a fresh key admitted", k, res, err)
@@ -85,7 +85,7 @@ func TestRedisKeysExpire(t *testing.T) {
 			if _, err := r.Allow(bg, "k", 1); err != nil {
 				t.Fatal(err)
 			}
-			ttl, err := c.PTTL(bg, r.RedisKey("k")).Result()
+			ttl, err := c.PTTL(bg, r.keyOf("k")).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestRedisKeysExpire(t *testing.T) {
 			if err := r.Refund(bg, "k", 1); err != nil {
 				t.Fatal(err)
 			}
-			n, err := c.Exists(bg, r.RedisKey("k")).Result()
+			n, err := c.Exists(bg, r.keyOf("k")).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestRedisKeysExpire(t *testing.T) {
 				t.Fatalf("state left after a full refund")
 			}
 			if alg == SlidingLog {
-				if card := c.ZCard(bg, r.RedisKey("k")).Val(); card != 0 {
+				if card := c.ZCard(bg, r.keyOf("k")).Val(); card != 0 {
 					t.Fatalf("log holds %d entries after a full refund", card)
 				}
 			}
@@ -130,7 +130,7 @@ func TestRedisSlidingLogBounded(t *testing.T) {
 		if res.Allowed {
 			admitted++
 		}
-		if n := c.ZCard(bg, r.RedisKey("k")).Val(); n > limit.Quantity {
+		if n := c.ZCard(bg, r.keyOf("k")).Val(); n > limit.Quantity {
 			t.Fatalf("after request %d the log holds %d members, limit %d", i, n, limit.Quantity)
 		}
 	}
@@ -317,7 +317,7 @@ func TestRedisFixedWindowState(t *testing.T) {
 			// nanoseconds from it (negative).
 			offset := now.Sub(start)
 			old := fmt.Sprintf("%d %d 3", now.Unix(), int64(now.Nanosecond())-int64(offset))
-			if err := c.Set(bg, r.RedisKey("old"), old, time.Minute).Err(); err != nil {
+			if err := c.Set(bg, r.keyOf("old"), old, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if res, err := r.Allow(bg, "old", 2); err != nil || !res.Allowed || res.Remaining != 0 {
@@ -327,20 +327,20 @@ func TestRedisFixedWindowState(t *testing.T) {
 				t.Fatalf("Allow(1) with the window full = %+v, %v; want denied", res, err)
 			}
 			want := fmt.Sprintf("%d %d 5", start.Unix(), start.Nanosecond())
-			if got := c.Get(bg, r.RedisKey("old")).Val(); got != want {
+			if got := c.Get(bg, r.keyOf("old")).Val(); got != want {
 				t.Fatalf("state %q, want %q", got, want)
 			}
 			// Kept to the window's end, rounded up to the millisecond,
 			// and the slack; the real time since the write has taken a
 			// little off.
 			px := (start.Add(tc.limit.Period).Sub(now)+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Duration(tc.slack)*time.Millisecond
-			if ttl := c.PTTL(bg, r.RedisKey("old")).Val(); ttl > px || ttl < px-500*time.Millisecond {
+			if ttl := c.PTTL(bg, r.keyOf("old")).Val(); ttl > px || ttl < px-500*time.Millisecond {
 				t.Fatalf("TTL %v, want %v less the time since", ttl, px)
 			}
 			// A count of the window before reads as zero.
 			prev := start.Add(-tc.limit.Period)
 			stale := fmt.Sprintf("%d %d 5", prev.Unix(), prev.Nanosecond())
-			if err := c.Set(bg, r.RedisKey("stale"), stale, time.Minute).Err(); err != nil {
+			if err := c.Set(bg, r.keyOf("stale"), stale, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if res, err := r.Allow(bg, "stale", 5); err != nil || !res.Allowed {
@@ -375,7 +375,7 @@ func TestRedisFixedWindowState(t *testing.T) {
 		if err := r.Refund(bg, "big", 2); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := c.Get(bg, r.RedisKey("big")).Val(), fmt.Sprintf("%d 0 123456789012347", contractStart.Unix()); got != want {
+		if got, want := c.Get(bg, r.keyOf("big")).Val(), fmt.Sprintf("%d 0 123456789012347", contractStart.Unix()); got != want {
 			t.Fatalf("state %q after a refund, want %q", got, want)
 		}
 	})

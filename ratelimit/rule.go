@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -110,27 +111,10 @@ type compiledRule struct {
 	ownStore *Memory
 }
 
-// ValidName reports whether s may name a Rule (or a layer): 1 to 64
-// letters, digits, '-', '_' or '.', so that it can label metrics and stand
-// in a RateLimit-Policy field as it is. Configuration front ends check
-// names with it before building.
-func ValidName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 func compileRule(i int, r Rule) (*compiledRule, error) {
 	field := "Config.Rules[" + strconv.Itoa(i) + "]"
 	var errs []error
-	if !ValidName(r.Name) {
+	if !ratefield.ValidPolicyName(r.Name) {
 		errs = append(errs, fmt.Errorf("ratelimit: %s.Name %q must be 1 to 64 letters, digits, '-', '_' or '.'", field, r.Name))
 	}
 	if r.Store == nil {

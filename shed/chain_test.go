@@ -532,8 +532,8 @@ func TestRejection(t *testing.T) {
 		d    time.Duration
 		want int64
 	}{{-time.Second, 0}, {0, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2}, {59500 * time.Millisecond, 60}} {
-		if got := shed.CeilSeconds(tc.d); got != tc.want {
-			t.Errorf("CeilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
+		if got := (&shed.Rejection{RetryAfter: tc.d}).RetryAfterSeconds(); got != tc.want {
+			t.Errorf("RetryAfterSeconds() of %v = %d, want %d", tc.d, got, tc.want)
 		}
 	}
 }

@@ -81,10 +81,12 @@ func (r *Rejection) Is(target error) bool { return target == ErrRejected }
 
 // RetryAfterSeconds is RetryAfter in whole seconds, rounded up, as the
 // Retry-After header wants it; at least 1 when RetryAfter is positive.
-func (r *Rejection) RetryAfterSeconds() int64 { return CeilSeconds(r.RetryAfter) }
+func (r *Rejection) RetryAfterSeconds() int64 { return ceilSeconds(r.RetryAfter) }
 
-// CeilSeconds rounds d up to whole seconds; negative durations give 0.
-func CeilSeconds(d time.Duration) int64 {
+// ceilSeconds rounds d up to whole seconds; negative durations give 0.
+// internal/ratefield has the same for the RateLimit fields, which shed
+// cannot import.
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

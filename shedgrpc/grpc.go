@@ -34,6 +34,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/clientip"
 	"github.com/loadshed/loadshed/internal/grpcmethod"
+	"github.com/loadshed/loadshed/internal/propagated"
 	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
@@ -133,7 +134,7 @@ type Interceptors struct {
 	ip        *clientip.Resolver
 	ipHeader  string // ip's header as a metadata key
 	methods   grpcmethod.Table
-	trust     *propagation.Trust
+	trust     *propagated.Trust
 	priority  func(context.Context, string, shed.Priority) shed.Priority
 	cost      func(context.Context, string) int64
 	skip      func(string) bool
@@ -157,9 +158,9 @@ func New(chain *shed.Chain, cfg Config) (*Interceptors, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var trust *propagation.Trust
+	var trust *propagated.Trust
 	if cfg.Propagation != nil {
-		if trust, err = propagation.New(*cfg.Propagation, "shedgrpc", "Config.Propagation"); err != nil {
+		if trust, err = propagated.NewTrust(*cfg.Propagation, "shedgrpc", "Config.Propagation"); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -101,7 +101,7 @@ func setQuotaFields(h http.Header, pv, lv []string, t *tightest, legacy bool, no
 		v.vals[0] = v.str(ratefield.AppendInt(v.buf[:0], t.limit))
 		v.vals[1] = v.str(ratefield.AppendInt(v.buf[v.n:v.n], t.remaining))
 		// The legacy Reset is a Unix time, as GitHub's and most others are.
-		v.vals[2] = v.str(ratefield.AppendInt(v.buf[v.n:v.n], now.Unix()+shed.CeilSeconds(t.reset)))
+		v.vals[2] = v.str(ratefield.AppendInt(v.buf[v.n:v.n], now.Unix()+ratefield.CeilSeconds(t.reset)))
 		h[HeaderXRateLimitLimit] = v.vals[0:1:1]
 		h[HeaderXRateLimitRemaining] = v.vals[1:2:2]
 		h[HeaderXRateLimitReset] = v.vals[2:3:3]

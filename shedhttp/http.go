@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/propagated"
 	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/propagation"
 	"github.com/loadshed/loadshed/shed"
@@ -164,7 +165,7 @@ type middleware struct {
 	legacy    bool
 	show      fieldFilter
 	clock     shed.Clock
-	trust     *propagation.Trust // Config.Propagation
+	trust     *propagated.Trust // Config.Propagation
 	states    sync.Pool
 	// policies interns the RateLimit-Policy values of rejections; sets
 	// caches what admitted requests' fields need per set of policies.
@@ -237,9 +238,9 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	var trust *propagation.Trust
+	var trust *propagated.Trust
 	if cfg.Propagation != nil {
-		if trust, err = propagation.New(*cfg.Propagation, "shedhttp", "Config.Propagation"); err != nil {
+		if trust, err = propagated.NewTrust(*cfg.Propagation, "shedhttp", "Config.Propagation"); err != nil {
 			errs = append(errs, err)
 		}
 	}

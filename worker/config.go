@@ -33,8 +33,8 @@ const (
 	DefaultRetryAfter         = time.Second
 )
 
-// Reason is the rejection's Reason: the process is shedding load.
-const Reason = "temporary-reduced-capacity"
+// reason is the rejection's Reason: the process is shedding load.
+const reason = "temporary-reduced-capacity"
 
 // Config configures a Layer. Start from DefaultConfig: the in-flight limit
 // learnt from the latency of admitted work (whatever the bottleneck: CPU,
@@ -103,7 +103,7 @@ type Config struct {
 	// sampler. In flight against the budget is reported (utilization
 	// "in_flight") and counts in the headroom, but does not move the shed
 	// level: the budget already holds it, per request. For handlers that
-	// burn CPU, a budget of one worker per CPU (CPUWorkers) keeps admitted
+	// burn CPU, a budget of one worker per CPU (cpuWorkers) keeps admitted
 	// work from queueing for the CPU; see CPUBound. Critical requests are
 	// counted but never refused unless ShedCritical is set.
 	Workers int64
@@ -172,7 +172,7 @@ type Signal struct {
 
 // CPUBound returns a configuration for a service whose handlers burn CPU
 // without blocking: a worker budget of four per CPU of the budget
-// (CPUWorkers) while the layer sheds nothing and of one per CPU while it
+// (cpuWorkers) while the layer sheds nothing and of one per CPU while it
 // sheds (BusyWorkers), Yield, and the CPU signal reading ShedAt only when the whole
 // budget is busy (CPU.Full 1.25), since the worker budget, not a margin of
 // idle CPU, is what keeps admitted work from queueing. The level then moves
@@ -180,7 +180,7 @@ type Signal struct {
 // before New.
 func CPUBound() Config {
 	c := DefaultConfig()
-	c.Workers, c.BusyWorkers, c.Yield, c.CPU.Full = 4*CPUWorkers(), CPUWorkers(), true, 1.25
+	c.Workers, c.BusyWorkers, c.Yield, c.CPU.Full = 4*cpuWorkers(), cpuWorkers(), true, 1.25
 	return c
 }
 
@@ -207,9 +207,9 @@ const learntCPUFull = 1.25
 // budget, and the learnt limit not disabled.
 func (c Config) learns() bool { return c.Workers == 0 && !c.Limit.Disable }
 
-// CPUWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
+// cpuWorkers is the CPU budget (DetectBudget) rounded to whole CPUs, at
 // least 1.
-func CPUWorkers() int64 { return int64(math.Max(1, math.Round(DetectBudget().CPUs))) }
+func cpuWorkers() int64 { return int64(math.Max(1, math.Round(DetectBudget().CPUs))) }
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -253,7 +253,7 @@ func (c Config) withDefaults() Config {
 	if c.BusyWorkers == 0 {
 		c.BusyWorkers = c.Workers
 	}
-	cpus := CPUWorkers()
+	cpus := cpuWorkers()
 	if c.Limit.Min == 0 {
 		c.Limit.Min = cpus
 	}

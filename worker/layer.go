@@ -584,19 +584,19 @@ func (l *Layer) dryRun(cost int64) shed.Lease {
 	return ls
 }
 
-// PolicyWorkers names the worker budget in a rejection's policies (and so
+// policyWorkers names the worker budget in a rejection's policies (and so
 // in the event's Policy), to tell a request refused by the budget from one
 // shed by the level, which names no policy.
-const PolicyWorkers = "workers"
+const policyWorkers = "workers"
 
 // rejection is the one place the layer builds its "no".
 func (l *Layer) rejection(budget bool) *shed.Rejection {
 	if budget {
-		rj := shed.Shed(Reason, l.retryAfter, shed.Quota{Policy: PolicyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
+		rj := shed.Shed(reason, l.retryAfter, shed.Quota{Policy: policyWorkers, Limit: l.workerBudget(uint32(l.state.Load())), Service: true})
 		rj.Layer = l.name
 		return rj
 	}
-	rj := shed.Shed(Reason, l.retryAfter)
+	rj := shed.Shed(reason, l.retryAfter)
 	rj.Layer = l.name
 	return rj
 }

@@ -55,7 +55,7 @@ func TestShedsBelowTheLevelAndNeverCritical(t *testing.T) {
 	for _, p := range []shed.Priority{shed.TestMode, shed.Sheddable} {
 		_, err := l.Acquire(ctx, shed.Request{Priority: p})
 		r := shedtest.Rejection(t, err)
-		if r.Status != shed.StatusServiceUnavailable || r.Reason != Reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
+		if r.Status != shed.StatusServiceUnavailable || r.Reason != reason || r.RetryAfter != DefaultRetryAfter || len(r.Policies) != 0 {
 			t.Fatalf("%v: rejection %+v", p, r)
 		}
 	}
@@ -113,8 +113,8 @@ func TestWorkerBudget(t *testing.T) {
 	}
 	b, _ := l.Acquire(ctx, shed.Request{})
 	_, err = l.Acquire(ctx, shed.Request{Priority: shed.Default})
-	if r := shedtest.Rejection(t, err); len(r.Policies) != 1 || r.Policies[0].Policy != PolicyWorkers || r.Policies[0].Limit != 2 {
-		t.Fatalf("third request with a budget of 2: %+v, want a rejection naming the %q policy", r, PolicyWorkers)
+	if r := shedtest.Rejection(t, err); len(r.Policies) != 1 || r.Policies[0].Policy != policyWorkers || r.Policies[0].Limit != 2 {
+		t.Fatalf("third request with a budget of 2: %+v, want a rejection naming the %q policy", r, policyWorkers)
 	}
 	c, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
 	if err != nil {
@@ -395,7 +395,7 @@ func TestBusyWorkersWhileShedding(t *testing.T) {
 	defer first.Release(shed.Completed)
 	_, err = l.Acquire(ctx, req)
 	var rej *shed.Rejection
-	if !errors.As(err, &rej) || len(rej.Policies) != 1 || rej.Policies[0].Policy != PolicyWorkers || rej.Policies[0].Limit != 1 {
+	if !errors.As(err, &rej) || len(rej.Policies) != 1 || rej.Policies[0].Policy != policyWorkers || rej.Policies[0].Limit != 1 {
 		t.Fatalf("second request while shedding with BusyWorkers 1 = %v, want a rejection by the worker budget", err)
 	}
 }

@@ -41,7 +41,7 @@ type LimitConfig struct {
 	// starting low costs little; starting far above the knee costs probes.
 	Initial int64
 	// Min is the lowest the limit goes (default: one per CPU of the
-	// budget, CPUWorkers), what a CPU-bound service needs in flight to
+	// budget, cpuWorkers), what a CPU-bound service needs in flight to
 	// keep its CPUs busy. Capacity is handed over after the goroutines
 	// reading the flood have run (handoff.go), so the CPU is busy with
 	// them meanwhile, and a second request in flight per CPU would only

@@ -77,7 +77,7 @@ var setups = map[string]func() (*worker.Layer, error){
 	},
 	// The worker budget without Yield.
 	"budget": func() (*worker.Layer, error) {
-		return worker.New(worker.Config{Interval: worker.DefaultInterval, Workers: worker.CPUWorkers()})
+		return worker.New(worker.Config{Interval: worker.DefaultInterval, Workers: int64(max(1, math.Round(worker.DetectBudget().CPUs)))})
 	},
 }
 

@@ -81,7 +81,7 @@ func TestYieldLetsTheWaitingRequestDisplace(t *testing.T) {
 	if err == nil {
 		t.Skip("the scheduler ran the sheddable request to the end first; nothing to check")
 	}
-	if r := shedtest.Rejection(t, err); r.Reason != Reason || l.InFlight() != 1 {
+	if r := shedtest.Rejection(t, err); r.Reason != reason || l.InFlight() != 1 {
 		t.Fatalf("displaced request: %+v, in flight %d", r, l.InFlight())
 	}
 	c.ls.Release(shed.Completed)

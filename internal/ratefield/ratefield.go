@@ -29,7 +29,16 @@ func AppendInt(b []byte, v int64) []byte {
 }
 
 // AppendSeconds appends d in whole seconds, rounded up, as a structured Integer.
-func AppendSeconds(b []byte, d time.Duration) []byte { return AppendInt(b, shed.CeilSeconds(d)) }
+func AppendSeconds(b []byte, d time.Duration) []byte { return AppendInt(b, CeilSeconds(d)) }
+
+// CeilSeconds rounds d up to whole seconds, as the fields and Retry-After
+// count them; negative durations give 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
 
 // AppendString appends s as a structured-field String (RFC 9651 §3.3.3):
 // quoted, with '"' and '\' escaped. Bytes a String cannot hold (controls,
@@ -128,4 +137,22 @@ func CutReset(q shed.Quota, retryAfter time.Duration) shed.Quota {
 		q.Reset = retryAfter
 	}
 	return q
+}
+
+// ValidPolicyName reports whether s may name a policy (a rate limit rule,
+// or a layer): 1 to 64 letters, digits, '-', '_' or '.', so that it can
+// label metrics and stand in a RateLimit-Policy field as it is.
+// ratelimit checks its rules' names with it, and config checks a file's
+// before building.
+func ValidPolicyName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -9,14 +9,16 @@ import (
 
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 )
 
 // clusterLayers returns a concurrency layer with an overall and a
 // per-key limit, and a rate limiter whose key rlKey lives on another
-// master of the same client, both warm (connections open, scripts loaded).
-func clusterLayers(t *testing.T, cl *redistest.Cluster, timeout time.Duration) (cc *concurrency.RedisLayer, rl *ratelimit.Redis, rlKey string) {
+// master of the same client, both warm (connections open, scripts loaded),
+// and the concurrency layer's overall set (its slot is the one to move).
+func clusterLayers(t *testing.T, cl *redistest.Cluster, timeout time.Duration) (cc *concurrency.RedisLayer, rl *ratelimit.Redis, rlKey, ccKey string) {
 	t.Helper()
 	c := cl.Client()
 	prefix := redistest.Prefix(t)
@@ -32,9 +34,10 @@ func clusterLayers(t *testing.T, cl *redistest.Cluster, timeout time.Duration) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rl.Close() })
-	ccMaster := cl.MasterOf(cl.Slot(cc.OverallKey())).Addr
+	ccKey = redisx.NewKeys(prefix + "cc:").Fixed("leases")
+	ccMaster := cl.MasterOf(cl.Slot(ccKey)).Addr
 	for i := 0; rlKey == ""; i++ {
-		if k := string(rune('a' + i)); cl.MasterOf(cl.Slot(rl.RedisKey(k))).Addr != ccMaster {
+		if k := string(rune('a' + i)); cl.MasterOf(cl.Slot(redisx.NewKeys(prefix+"rl:").Key("fw", k))).Addr != ccMaster {
 			rlKey = k
 		}
 	}
@@ -46,7 +49,7 @@ func clusterLayers(t *testing.T, cl *redistest.Cluster, timeout time.Duration) (
 			ls.Release(shed.Completed)
 		}
 		if err == nil && !fb && aerr == nil && !ls.Fallback {
-			return cc, rl, rlKey
+			return cc, rl, rlKey, ccKey
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("warming up: %v %v", err, aerr)
@@ -64,13 +67,13 @@ const rlLimit = 200
 // fallback).
 func TestClusterTryAgainIsNoOutage(t *testing.T) {
 	cl := redistest.UseCluster(t)
-	cc, rl, rlKey := clusterLayers(t, cl, 0)
+	cc, rl, rlKey, ccKey := clusterLayers(t, cl, 0)
 	ctx := context.Background()
 	held, err := cc.Acquire(ctx, shed.Request{Key: "held"}) // the overall set exists in the source
 	if err != nil || held.Fallback {
 		t.Fatalf("acquire: %v fallback=%v", err, held.Fallback)
 	}
-	_, finish := cl.BeginMigration(cl.Slot(cc.OverallKey()))
+	_, finish := cl.BeginMigration(cl.Slot(ccKey))
 	var timings redistest.Timings
 	for i := 0; i < 5; i++ {
 		var ls shed.Lease
@@ -108,8 +111,8 @@ func TestClusterTryAgainIsNoOutage(t *testing.T) {
 // this test is about.
 func TestClusterReshardNoFallback(t *testing.T) {
 	cl := redistest.UseCluster(t)
-	cc, rl, rlKey := clusterLayers(t, cl, 250*time.Millisecond)
-	slot := cl.Slot(cc.OverallKey())
+	cc, rl, rlKey, ccKey := clusterLayers(t, cl, 250*time.Millisecond)
+	slot := cl.Slot(ccKey)
 	ctx := context.Background()
 	var inFlight, maxInFlight, ccFallbacks atomic.Int64
 	moved := make(chan struct{})
