@@ -26,16 +26,16 @@ type view struct {
 
 type layerView struct {
 	shedstatus.Layer
-	InFlight, Limit, Queued, ShedLevel, Headroom, Instances  float64
-	HasInFlight, HasLimit, HasQueued, HasShedLevel           bool
-	HasHeadroom, HasInstances, HasFallback, Fallback         bool
-	Shedding                                                 bool
-	Admitted, Shed                                           float64
-	Signals                                                  []shedstatus.Reading
-	PerPriority                                              bool
-	PerPriorityNames                                         []string
-	Rows                                                     []row
-	Charts                                                   []template.HTML
+	InFlight, Limit, Queued, ShedLevel, Headroom, Instances float64
+	HasInFlight, HasLimit, HasQueued, HasShedLevel          bool
+	HasHeadroom, HasInstances, HasFallback, Fallback        bool
+	Shedding                                                bool
+	Admitted, Shed                                          float64
+	Signals                                                 []shedstatus.Reading
+	PerPriority                                             bool
+	PerPriorityNames                                        []string
+	Rows                                                    []row
+	Charts                                                  []template.HTML
 }
 
 type row struct {

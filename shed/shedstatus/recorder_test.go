@@ -193,7 +193,9 @@ func TestLayersLearntFromEvents(t *testing.T) {
 func TestRulesAndReload(t *testing.T) {
 	at := start.Add(time.Minute)
 	rec, err := shedstatus.New(shedstatus.Config{
-		Rules:  func() []shedstatus.Rule { return []shedstatus.Rule{{Key: "d.k", Limit: "unit=SECOND requests_per_unit=5", Hits: 9}} },
+		Rules: func() []shedstatus.Rule {
+			return []shedstatus.Rule{{Key: "d.k", Limit: "unit=SECOND requests_per_unit=5", Hits: 9}}
+		},
 		Reload: func() shedstatus.Reload { return shedstatus.Reload{Time: at, Error: "bad", Refused: 1} },
 	})
 	if err != nil {
