@@ -3,18 +3,29 @@ package statuspage
 import (
 	"html/template"
 	"strconv"
-	"strings"
 
 	"github.com/loadshed/loadshed/shed/shedstatus"
 )
 
-// series is one line of a chart.
+// series is one line of a chart. Colours are SVG attributes rather than
+// style, which the page's content security policy forbids; key names the
+// style sheet's class of the same colour, for the caption.
 type series struct {
 	label  string
-	color  string
+	stroke string
+	key    string
 	dashed bool
 	value  func(shedstatus.Point) float64
 }
+
+var (
+	inFlightLine = series{label: "in flight", stroke: "#2e6fdb", key: "k-in", value: func(p shedstatus.Point) float64 { return p.InFlight }}
+	limitLine    = series{label: "limit", stroke: "#98a2b3", key: "k-lim", dashed: true, value: func(p shedstatus.Point) float64 { return p.Limit }}
+	queuedLine   = series{label: "queued", stroke: "#b54708", key: "k-q", value: func(p shedstatus.Point) float64 { return p.Queued }}
+	admittedLine = series{label: "admitted/s", stroke: "#1a7f37", key: "k-ad", value: func(p shedstatus.Point) float64 { return p.Admitted }}
+	shedLine     = series{label: "shed/s", stroke: "#c01048", key: "k-sh", value: func(p shedstatus.Point) float64 { return p.Shed }}
+	levelLine    = series{label: "shed level", stroke: "#b54708", key: "k-q", value: func(p shedstatus.Point) float64 { return p.ShedLevel }}
+)
 
 const chartW, chartH = 200, 56
 
@@ -31,66 +42,45 @@ func chart(title string, pts []shedstatus.Point, start, end int64, ss []series) 
 	if top <= 0 {
 		top = 1
 	}
-	var b strings.Builder
-	b.Grow(256 + len(ss)*len(pts)*12)
-	b.WriteString(`<figure><figcaption>`)
-	b.WriteString(title)
-	b.WriteString(` · max `)
-	b.WriteString(num(round2(top)))
-	b.WriteString(`<span class="key">`)
+	b := make([]byte, 0, 512+len(ss)*len(pts)*12)
+	b = append(b, `<figure><figcaption>`...)
+	b = append(b, title...)
+	b = append(b, ` · max `...)
+	b = append(b, num(float64(int64(top*100+0.5))/100)...)
+	b = append(b, `<span class="key">`...)
 	for _, s := range ss {
-		b.WriteString(`<i class="`)
-		b.WriteString(keyClass(s.color))
-		b.WriteString(`"></i>`)
-		b.WriteString(s.label)
+		b = append(b, `<i class="`...)
+		b = append(b, s.key...)
+		b = append(b, `"></i>`...)
+		b = append(b, s.label...)
 	}
-	b.WriteString(`</span></figcaption><svg class="chart" width="` + strconv.Itoa(chartW) + `" height="` + strconv.Itoa(chartH) +
-		`" viewBox="0 0 ` + strconv.Itoa(chartW) + ` ` + strconv.Itoa(chartH) + `" role="img" aria-label="`)
-	b.WriteString(title)
-	b.WriteString(`">`)
+	b = append(b, `</span></figcaption><svg class="chart" width="200" height="56" viewBox="0 0 200 56" role="img" aria-label="`...)
+	b = append(b, title...)
+	b = append(b, `">`...)
 	dx := float64(chartW) / float64(max(end-start, 1))
 	for _, s := range ss {
-		b.WriteString(`<polyline fill="none" stroke-width="1.5" stroke="`)
-		b.WriteString(strokeOf(s.color))
-		b.WriteString(`"`)
+		b = append(b, `<polyline fill="none" stroke-width="1.5" stroke="`...)
+		b = append(b, s.stroke...)
+		b = append(b, '"')
 		if s.dashed {
-			b.WriteString(` stroke-dasharray="4 3"`)
+			b = append(b, ` stroke-dasharray="4 3"`...)
 		}
-		b.WriteString(` points="`)
-		for i, p := range pts {
+		b = append(b, ` points="`...)
+		sep := false
+		for _, p := range pts {
 			if p.Time < start {
 				continue
 			}
-			if i > 0 {
-				b.WriteByte(' ')
+			if sep {
+				b = append(b, ' ')
 			}
-			x := float64(p.Time-start) * dx
-			y := float64(chartH-2) - s.value(p)/top*float64(chartH-4)
-			b.WriteString(strconv.FormatFloat(x, 'f', 1, 64))
-			b.WriteByte(',')
-			b.WriteString(strconv.FormatFloat(y, 'f', 1, 64))
+			sep = true
+			b = strconv.AppendFloat(b, float64(p.Time-start)*dx, 'f', 1, 64)
+			b = append(b, ',')
+			b = strconv.AppendFloat(b, float64(chartH-2)-s.value(p)/top*float64(chartH-4), 'f', 1, 64)
 		}
-		b.WriteString(`"/>`)
+		b = append(b, `"/>`...)
 	}
-	b.WriteString(`</svg></figure>`)
-	return template.HTML(b.String())
+	b = append(b, `</svg></figure>`...)
+	return template.HTML(b)
 }
-
-func round2(v float64) float64 {
-	return float64(int64(v*100+0.5)) / 100
-}
-
-// Colours are written as attributes, not style, which the page's content
-// security policy forbids; these match the style sheet's variables.
-var strokes = map[string]string{
-	"var(--in)": "#2e6fdb", "var(--lim)": "#98a2b3", "var(--q)": "#b54708",
-	"var(--ok)": "#1a7f37", "var(--bad)": "#c01048",
-}
-
-var keys = map[string]string{
-	"var(--in)": "k-in", "var(--lim)": "k-lim", "var(--q)": "k-q",
-	"var(--ok)": "k-ad", "var(--bad)": "k-sh",
-}
-
-func strokeOf(c string) string { return strokes[c] }
-func keyClass(c string) string { return keys[c] }

@@ -122,24 +122,19 @@ func layerOf(l shedstatus.Layer, now time.Time) layerView {
 	if lv.HasInFlight || lv.HasQueued {
 		var ss []series
 		if lv.HasLimit {
-			ss = append(ss, series{"limit", "var(--lim)", true, func(p shedstatus.Point) float64 { return p.Limit }})
+			ss = append(ss, limitLine)
 		}
 		if lv.HasInFlight {
-			ss = append(ss, series{"in flight", "var(--in)", false, func(p shedstatus.Point) float64 { return p.InFlight }})
+			ss = append(ss, inFlightLine)
 		}
 		if lv.HasQueued {
-			ss = append(ss, series{"queued", "var(--q)", false, func(p shedstatus.Point) float64 { return p.Queued }})
+			ss = append(ss, queuedLine)
 		}
 		lv.Charts = append(lv.Charts, chart("in flight", l.History, start, end, ss))
 	}
-	lv.Charts = append(lv.Charts, chart("decisions/s", l.History, start, end, []series{
-		{"admitted/s", "var(--ok)", false, func(p shedstatus.Point) float64 { return p.Admitted }},
-		{"shed/s", "var(--bad)", false, func(p shedstatus.Point) float64 { return p.Shed }},
-	}))
+	lv.Charts = append(lv.Charts, chart("decisions/s", l.History, start, end, []series{admittedLine, shedLine}))
 	if lv.HasShedLevel {
-		lv.Charts = append(lv.Charts, chart("shed level", l.History, start, end, []series{
-			{"shed level", "var(--q)", false, func(p shedstatus.Point) float64 { return p.ShedLevel }},
-		}))
+		lv.Charts = append(lv.Charts, chart("shed level", l.History, start, end, []series{levelLine}))
 	}
 	return lv
 }
