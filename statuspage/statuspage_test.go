@@ -18,14 +18,14 @@ import (
 	"github.com/loadshed/loadshed/statuspage"
 )
 
-// worker stands for a worker layer: it sheds, reports a shed level and a
+// fakeWorker stands for a worker layer: it sheds, reports a shed level and a
 // signal, and shares among clients.
-type worker struct {
+type fakeWorker struct {
 	*shedtest.Layer
 	level float64
 }
 
-func (w *worker) ReportGauges(emit func(layerkit.Gauge)) {
+func (w *fakeWorker) ReportGauges(emit func(layerkit.Gauge)) {
 	emit(layerkit.Gauge{Layer: w.Name(), Name: layerkit.GaugeUtilization, Signal: "cpu", Value: 0.93})
 	emit(layerkit.Gauge{Layer: w.Name(), Name: layerkit.GaugeShedLevel, Value: w.level})
 	emit(layerkit.Gauge{Layer: w.Name(), Name: layerkit.GaugeShedFraction, Priority: shed.Sheddable, Value: 1})
@@ -35,14 +35,14 @@ func (w *worker) ReportGauges(emit func(layerkit.Gauge)) {
 	emit(layerkit.Gauge{Layer: w.Name(), Name: layerkit.GaugeFallback, Value: 1})
 }
 
-func (w *worker) TopClients(n int) []layerkit.ClientShare {
+func (w *fakeWorker) TopClients(n int) []layerkit.ClientShare {
 	return []layerkit.ClientShare{{Key: "sk_live_RAWKEY<script>", Priority: shed.Default, InFlight: 9, Share: 0.75}}
 }
 
-func newPage(t *testing.T, cfg shedstatus.Config) (*httptest.Server, *shed.Chain, *shedtest.Clock, *worker) {
+func newPage(t *testing.T, cfg shedstatus.Config) (*httptest.Server, *shed.Chain, *shedtest.Clock, *fakeWorker) {
 	t.Helper()
 	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	w := &worker{Layer: shedtest.NewLayer("worker"), level: 1.5}
+	w := &fakeWorker{Layer: shedtest.NewLayer("worker"), level: 1.5}
 	cfg.Layers = []shed.Layer{shedtest.NewLayer("rate"), w}
 	cfg.Clock = clock
 	rec, err := shedstatus.New(cfg)
