@@ -367,6 +367,7 @@ func TestPageInABrowser(t *testing.T) {
 		}
 	}
 	if *screenshot != "" {
+		time.Sleep(8 * time.Second) // some history on the charts
 		png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)

@@ -27,7 +27,7 @@ var (
 	levelLine    = series{label: "shed level", stroke: "#b54708", key: "k-q", value: func(p shedstatus.Point) float64 { return p.ShedLevel }}
 )
 
-const chartW, chartH = 200, 56
+const chartW, chartH = 240, 60
 
 // chart draws series over [start, end] (Unix milliseconds) as an inline
 // SVG line chart, scaled to the largest value. It is built from numbers
@@ -54,12 +54,12 @@ func chart(title string, pts []shedstatus.Point, start, end int64, ss []series) 
 		b = append(b, `"></i>`...)
 		b = append(b, s.label...)
 	}
-	b = append(b, `</span></figcaption><svg class="chart" width="200" height="56" viewBox="0 0 200 56" role="img" aria-label="`...)
+	b = append(b, `</span></figcaption><svg class="chart" viewBox="0 0 240 60" preserveAspectRatio="none" role="img" aria-label="`...)
 	b = append(b, title...)
 	b = append(b, `">`...)
 	dx := float64(chartW) / float64(max(end-start, 1))
 	for _, s := range ss {
-		b = append(b, `<polyline fill="none" stroke-width="1.5" stroke="`...)
+		b = append(b, `<polyline fill="none" stroke-width="1.5" vector-effect="non-scaling-stroke" stroke="`...)
 		b = append(b, s.stroke...)
 		b = append(b, '"')
 		if s.dashed {

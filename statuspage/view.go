@@ -117,8 +117,13 @@ func layerOf(l shedstatus.Layer, now time.Time) layerView {
 		}
 		lv.Rows = append(lv.Rows, r)
 	}
+	// The charts span the last five minutes, or less while the history
+	// is shorter, so that a young process's lines fill them.
 	end := now.UnixMilli()
 	start := end - (5 * time.Minute).Milliseconds()
+	if len(l.History) > 1 && l.History[0].Time > start {
+		start = l.History[0].Time
+	}
 	if lv.HasInFlight || lv.HasQueued {
 		var ss []series
 		if lv.HasLimit {
