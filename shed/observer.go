@@ -81,6 +81,26 @@ type ObserverFunc func(Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
+// LatencyReader is implemented by observers that can tell whether they
+// read Event.Latency. Timing each layer costs the chain a clock read per
+// layer and per release, which it skips when its observer does not read
+// the latency; Latency is then zero. An observer that does not implement
+// LatencyReader is taken to read it.
+type LatencyReader interface {
+	ReadsLatency() bool
+}
+
+// ReadsLatency reports whether any of the observers reads Event.Latency
+// (see LatencyReader).
+func (os Observers) ReadsLatency() bool {
+	for _, o := range os {
+		if lr, ok := o.(LatencyReader); !ok || lr.ReadsLatency() {
+			return true
+		}
+	}
+	return false
+}
+
 // Observers fans one event out to several observers, in order.
 type Observers []Observer
 

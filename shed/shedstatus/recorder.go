@@ -13,8 +13,10 @@
 //	chain, err := shed.NewChain(shed.Config{Layers: layers, Observer: rec})
 //
 // The request path pays one atomic add per layer decision and, for a
-// rejection, a copy into the ring when no reader holds it; everything
-// else happens when the page is read or once a second.
+// rejection, a clock read and a copy into the ring when no reader holds
+// it; everything else happens when the page is read or once a second. The
+// Recorder reads no latency, so a chain whose only observer it is does not
+// time its layers (shed.LatencyReader).
 package shedstatus
 
 import (
@@ -188,6 +190,11 @@ func (r *Recorder) Close() error {
 	}
 	return nil
 }
+
+// ReadsLatency reports false: the Recorder does not read Event.Latency, so
+// a chain whose only observer it is does not time its layers
+// (shed.LatencyReader).
+func (r *Recorder) ReadsLatency() bool { return false }
 
 // Observe implements shed.Observer.
 func (r *Recorder) Observe(e shed.Event) {
