@@ -33,14 +33,15 @@ out=docs/results/status.txt
   echo "# Written by scripts/bench-status.sh on $(date -u +%Y-%m-%dT%H:%MZ); do not edit."
   echo "#"
   echo "# RequestPath: one request through shedhttp and four layers that admit"
-  echo "# everything, run in parallel: observer=none has no observer, observer=nop"
+  echo "# everything, on one goroutine (serial) and on every CPU (parallel):"
+  echo "# observer=none has no observer, observer=nop"
   echo "# one that does nothing (what any observer costs: the chain times each"
   echo "# layer, the middleware finds the route), observer=page the status page's"
   echo "# recorder alone (it reads no latency, so the chain does not time the"
   echo "# layers). Refresh: one request to the page, with four layers, five"
   echo "# minutes of history, ten clients each and a full ring of rejections."
   echo
-  "$benchstat" -filter '.name:/^RequestPath/' -col /observer "$raw"
+  "$benchstat" -filter '.name:/^RequestPath/' -col /observer -row /mode "$raw"
   echo
   "$benchstat" -filter '.name:/^Refresh/' "$raw"
 } > "$out"

@@ -70,7 +70,15 @@ func BenchmarkRequestPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		h := shedhttp.MustNew(chain, shedhttp.Config{})(ok)
-		b.Run(name, func(b *testing.B) {
+		b.Run(name+"/mode=serial", func(b *testing.B) {
+			b.ReportAllocs()
+			req := httptest.NewRequest("GET", "/v1/charges", nil)
+			w := &discard{h: http.Header{}}
+			for b.Loop() {
+				h.ServeHTTP(w, req)
+			}
+		})
+		b.Run(name+"/mode=parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				req := httptest.NewRequest("GET", "/v1/charges", nil)

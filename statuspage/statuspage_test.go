@@ -78,7 +78,9 @@ func TestPageShowsEveryLayer(t *testing.T) {
 	for range 3 {
 		_ = chain.Do(context.Background(), shed.Request{Priority: shed.Critical}, func(context.Context) error { return nil })
 	}
-	w.Reject(shed.Shed("shedding sheddable work", time.Second, shed.Quota{Policy: "cpu"}))
+	rej := shed.Shed("shedding sheddable work", time.Second, shed.Quota{Policy: "cpu"})
+	rej.Fallback = true // decided from a local estimate
+	w.Reject(rej)
 	_ = chain.Do(context.Background(), shed.Request{Priority: shed.Sheddable, Route: "GET /v1/reports"}, nil)
 	clock.Advance(time.Second)
 
@@ -94,7 +96,7 @@ func TestPageShowsEveryLayer(t *testing.T) {
 		"<title>payments status</title>", `data-layer="rate"`, `data-layer="worker"`,
 		`data-figure="shed_level">1.50<`, `data-signal="cpu">93.0%<`, `data-figure="in_flight">12<`,
 		`data-figure="limit">16<`, `data-figure="queued">3<`, "fallback: local estimate", "shedding sheddable work",
-		"GET /v1/reports", "<polyline", "Largest clients", "75.0%", "shed fraction",
+		"GET /v1/reports", "<polyline", `data-figure="fallback_rate">1.0<`, "(1 since start)", "Largest clients", "75.0%", "shed fraction",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)

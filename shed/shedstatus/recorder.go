@@ -119,14 +119,19 @@ type layerRec struct {
 	gauges  layerkit.GaugeReporter
 	clients layerkit.ClientReporter
 	counts  [shed.NumPriorities]counts
-	_       [64]byte // keeps the next layer's counters off this one's cache line
+	// fallback counts decisions taken from a local estimate because the
+	// layer's shared store did not answer.
+	fallback atomic.Uint64
+	_        [64]byte // keeps the next layer's counters off this one's cache line
 
 	// Guarded by Recorder.mu.
-	last     time.Time
-	prev     [shed.NumPriorities][3]uint64
-	rates    [shed.NumPriorities][3]float64
-	hist     []Point
-	histNext int
+	last         time.Time
+	prev         [shed.NumPriorities][3]uint64
+	rates        [shed.NumPriorities][3]float64
+	prevFallback uint64
+	fallbackRate float64
+	hist         []Point
+	histNext     int
 }
 
 // New returns a Recorder for cfg's layers and starts its sampling.
@@ -204,6 +209,9 @@ func (r *Recorder) Observe(e shed.Event) {
 	l := r.layer(e.Layer)
 	if l == nil {
 		return
+	}
+	if e.Fallback {
+		l.fallback.Add(1)
 	}
 	c := &l.counts[e.Priority.Index()]
 	switch e.Kind {
@@ -300,6 +308,9 @@ func (r *Recorder) sample() {
 			p.Admitted += l.rates[i][0]
 			p.Shed += l.rates[i][1]
 		}
+		fb := l.fallback.Load()
+		l.fallbackRate = float64(fb-l.prevFallback) / secs
+		l.prevFallback = fb
 		l.last = now
 		if l.gauges != nil {
 			l.gauges.ReportGauges(func(g layerkit.Gauge) {

@@ -177,11 +177,12 @@ func TestLayersLearntFromEvents(t *testing.T) {
 		rec.Observe(shed.Event{Layer: fmt.Sprintf("rls:d%d", i), Kind: shed.Admitted})
 	}
 	rec.Observe(shed.Event{Layer: "rls:d0", Kind: shed.Rejected, Status: 429, Policy: "d0.key"})
+	rec.Observe(shed.Event{Layer: "rls:d0", Kind: shed.Admitted, Fallback: true})
 	s := rec.Snapshot(time.Time{})
 	if len(s.Layers) != shedstatus.MaxLayers {
 		t.Fatalf("%d layers, want the bound %d", len(s.Layers), shedstatus.MaxLayers)
 	}
-	if l := s.Layers[0]; l.Name != "rls:d0" || l.Kind != "" || l.Priorities[shed.Default.Index()].AdmittedTotal != 1 ||
+	if l := s.Layers[0]; l.Name != "rls:d0" || l.Kind != "" || l.Priorities[shed.Default.Index()].AdmittedTotal != 2 || l.FallbackTotal != 1 ||
 		l.Priorities[shed.Default.Index()].ShedTotal != 1 {
 		t.Errorf("first learnt layer = %+v", l)
 	}

@@ -44,6 +44,11 @@ type Layer struct {
 	Gauges []Reading `json:"gauges"`
 	// Priorities are the decisions by priority, lowest first.
 	Priorities []PriorityRates `json:"priorities"`
+	// Fallback is the decisions per second, over the last sampling period,
+	// that the layer took from a local estimate because its shared store
+	// (Redis) did not answer; FallbackTotal counts them since the start.
+	Fallback      float64 `json:"fallback_per_second"`
+	FallbackTotal uint64  `json:"fallback_total"`
 	// ReportsClients says whether the layer shares its capacity among
 	// clients (layerkit.ClientReporter); Clients are then the largest.
 	ReportsClients bool     `json:"reports_clients"`
@@ -189,6 +194,7 @@ func (r *Recorder) Snapshot(since time.Time) Snapshot {
 				AdmittedTotal: l.counts[j].admitted.Load(), ShedTotal: l.counts[j].rejected.Load(),
 				WouldRejectTotal: l.counts[j].wouldReject.Load()}
 		}
+		out.Fallback, out.FallbackTotal = l.fallbackRate, l.fallback.Load()
 		out.History = make([]Point, 0, len(l.hist))
 		for k := range l.hist {
 			p := l.hist[(l.histNext+k)%len(l.hist)]
