@@ -150,11 +150,21 @@ func TestJSONHasTheSameFigures(t *testing.T) {
 	}
 }
 
-func TestShownKeysAreEscaped(t *testing.T) {
-	srv, _, _, _ := newPage(t, shedstatus.Config{ShowKeys: true})
+func TestShownKeysAndRejectionsAreEscaped(t *testing.T) {
+	srv, chain, _, w := newPage(t, shedstatus.Config{ShowKeys: true})
+	w.Reject(shed.Shed(`<img src=x onerror="alert(1)">`, 0, shed.Quota{Policy: "a&b"}))
+	_ = chain.Do(context.Background(), shed.Request{Route: "GET /<x>"}, nil)
 	_, body := get(t, srv.URL)
 	if !strings.Contains(body, "sk_live_RAWKEY&lt;script&gt;") || strings.Contains(body, "RAWKEY<script>") {
 		t.Error("a shown key is not escaped")
+	}
+	for _, want := range []string{`&lt;img src=x onerror=&#34;alert(1)&#34;&gt;`, "a&amp;b", "GET /&lt;x&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "<img") || strings.Contains(body, "/<x>") {
+		t.Error("a rejection's field is not escaped")
 	}
 }
 

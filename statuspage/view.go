@@ -22,6 +22,10 @@ type view struct {
 	EveryMS int64
 	Every   string
 	Span    string
+	// RejectionsHTML are the rejections' rows, written in Go: the ring's
+	// rows are most of the page's cells, and a template spends an
+	// allocation or more on each.
+	RejectionsHTML template.HTML
 }
 
 type layerView struct {
@@ -35,6 +39,7 @@ type layerView struct {
 	PerPriority                                             bool
 	PerPriorityNames                                        []string
 	Rows                                                    []row
+	RowsHTML                                                template.HTML
 	Charts                                                  []template.HTML
 }
 
@@ -60,6 +65,7 @@ func (h *Handler) view() *view {
 	for _, l := range s.Layers {
 		v.Layers = append(v.Layers, layerOf(l, s.Time))
 	}
+	v.RejectionsHTML = rejectionRows(s.Rejections)
 	return v
 }
 
@@ -119,6 +125,7 @@ func layerOf(l shedstatus.Layer, now time.Time) layerView {
 	}
 	// The charts span the last five minutes, or less while the history
 	// is shorter, so that a young process's lines fill them.
+	lv.RowsHTML = priorityRows(lv.Rows)
 	end := now.UnixMilli()
 	start := end - (5 * time.Minute).Milliseconds()
 	if len(l.History) > 1 && l.History[0].Time > start {
@@ -162,3 +169,76 @@ func rate(v float64) string {
 
 // pct prints a fraction as a percentage.
 func pct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + "%" }
+
+// priorityRows writes a layer's rows by priority.
+func priorityRows(rows []row) template.HTML {
+	b := make([]byte, 0, 256*len(rows))
+	for _, r := range rows {
+		b = append(b, `<tr data-priority="`...)
+		b = appendEscaped(b, r.Priority)
+		b = append(b, `"><td>`...)
+		b = appendEscaped(b, r.Priority)
+		for _, v := range []float64{r.Admitted, r.Shed, r.WouldReject} {
+			b = append(b, `</td><td>`...)
+			b = append(b, rate(v)...)
+		}
+		for _, x := range r.Extra {
+			b = append(b, `</td><td>`...)
+			b = appendEscaped(b, x)
+		}
+		b = append(b, `</td><td data-total="admitted">`...)
+		b = strconv.AppendUint(b, r.AdmittedTotal, 10)
+		b = append(b, `</td><td data-total="shed">`...)
+		b = strconv.AppendUint(b, r.ShedTotal, 10)
+		b = append(b, "</td></tr>\n"...)
+	}
+	return template.HTML(b)
+}
+
+// rejectionRows writes the rejections' rows.
+func rejectionRows(rs []shedstatus.Rejection) template.HTML {
+	b := make([]byte, 0, 200*len(rs))
+	for i := range rs {
+		r := &rs[i]
+		b = append(b, `<tr><td>`...)
+		b = r.Time.UTC().AppendFormat(b, "15:04:05.000")
+		for _, f := range []string{r.Layer, r.Policy, r.Reason, r.Priority} {
+			b = append(b, `</td><td class="l">`...)
+			b = appendEscaped(b, f)
+		}
+		b = append(b, `</td><td>`...)
+		if r.Status != 0 {
+			b = strconv.AppendInt(b, int64(r.Status), 10)
+		}
+		b = append(b, `</td><td class="l">`...)
+		b = appendEscaped(b, r.Route)
+		b = append(b, "</td></tr>\n"...)
+	}
+	return template.HTML(b)
+}
+
+// appendEscaped appends s escaped for HTML text and attribute values.
+func appendEscaped(b []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		var esc string
+		switch s[i] {
+		case '<':
+			esc = "&lt;"
+		case '>':
+			esc = "&gt;"
+		case '&':
+			esc = "&amp;"
+		case '"':
+			esc = "&#34;"
+		case '\'':
+			esc = "&#39;"
+		default:
+			continue
+		}
+		b = append(b, s[start:i]...)
+		b = append(b, esc...)
+		start = i + 1
+	}
+	return append(b, s[start:]...)
+}
