@@ -33,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -186,6 +187,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.instances > 1 && o.redis == "" {
 		return o, errors.New("-instances above 1 needs -redis: the instances share their counts through it")
+	}
+	if o.watch != "" {
+		if _, _, err := net.SplitHostPort(o.watch); err != nil {
+			return o, fmt.Errorf("-watch: %w", err)
+		}
 	}
 	o.serverFlags = strings.Fields(*serverFlags)
 	for _, s := range strings.Split(*setups, ",") {
