@@ -35,6 +35,9 @@ type Chain struct {
 	clock  Clock
 	// readsRoute: the observer or some layer reads Request.Route.
 	readsRoute bool
+	// timed: the observer reads Event.Latency, so the chain reads the
+	// clock at each layer boundary and release.
+	timed bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -78,6 +81,8 @@ func NewChain(cfg Config) (*Chain, error) {
 	}
 	if cfg.Observer != nil {
 		c.readsRoute = true
+		lr, ok := cfg.Observer.(LatencyReader)
+		c.timed = !ok || lr.ReadsLatency()
 	}
 	return c, nil
 }
@@ -131,7 +136,7 @@ func (g *Grant) Request() Request { return g.req }
 // call has an effect.
 func (g *Grant) Release(o Outcome) {
 	var held time.Duration
-	if c := g.chain; c != nil && c.obs != nil && g.n > 0 {
+	if c := g.chain; c != nil && c.timed && g.n > 0 {
 		held = c.clock.Now().Sub(g.granted)
 	}
 	for i := g.n - 1; i >= 0; i-- {
@@ -191,13 +196,13 @@ func (c *Chain) Acquire(ctx context.Context, req Request, g *Grant) error {
 	}()
 	// One clock read per layer boundary: a layer's end is the next's start.
 	var start time.Time
-	if c.obs != nil {
+	if c.timed {
 		start = c.clock.Now()
 	}
 	for i, layer := range c.layers {
 		lease, err := layer.Acquire(ctx, req)
 		var end time.Time
-		if c.obs != nil {
+		if c.timed {
 			end = c.clock.Now()
 		}
 		if err != nil {

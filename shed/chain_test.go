@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,7 +332,7 @@ func TestChainObserver(t *testing.T) {
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Admitted, Policy: "per-key", Route: "GET /x/{id}"},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Admitted, Route: "GET /x/{id}"},
 		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: shed.StatusServiceUnavailable,
-			Queued: true, Wait: 3 * time.Second, Policy: "overall", Route: "GET /x/{id}"},
+			Queued: true, Wait: 3 * time.Second, Policy: "overall", Route: "GET /x/{id}", Reason: "queue wait timed out"},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Route: "GET /x/{id}"},
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Policy: "per-key", Route: "GET /x/{id}"},
 	})
@@ -559,5 +560,49 @@ func TestChainLayerPanicReleasesEarlierLeases(t *testing.T) {
 	}
 	if first.Held() != 0 {
 		t.Fatalf("first layer still holds %d leases", first.Held())
+	}
+}
+
+// countingClock counts its reads.
+type countingClock struct {
+	shed.Clock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time { c.reads.Add(1); return c.Clock.Now() }
+
+type untimedObserver struct{ events []shed.Event }
+
+func (o *untimedObserver) Observe(e shed.Event) { o.events = append(o.events, e) }
+func (o *untimedObserver) ReadsLatency() bool   { return false }
+
+// An observer that reads no latency spares the chain its clock reads.
+func TestChainTimesOnlyForObserversThatReadLatency(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		obs   shed.Observer
+		timed bool
+	}{
+		{"untimed", &untimedObserver{}, false},
+		{"untimed in Observers", shed.Observers{&untimedObserver{}, &untimedObserver{}}, false},
+		{"plain beside untimed", shed.Observers{&untimedObserver{}, shed.ObserverFunc(func(shed.Event) {})}, true},
+		{"plain", shed.ObserverFunc(func(shed.Event) {}), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &countingClock{Clock: shed.SystemClock}
+			chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{shedtest.NewLayer("a"), shedtest.NewLayer("b")}, Observer: c.obs, Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := chain.Do(context.Background(), shed.Request{}, func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got := clock.reads.Load() > 0; got != c.timed {
+				t.Errorf("%d clock reads, want timing %v", clock.reads.Load(), c.timed)
+			}
+			if u, ok := c.obs.(*untimedObserver); ok && len(u.events) != 4 {
+				t.Errorf("%d events, want 4", len(u.events))
+			}
+		})
 	}
 }

@@ -61,6 +61,11 @@ type Event struct {
 	// Route is the request's route pattern ("GET /v1/charges/{id}"), never
 	// the raw path, so that it stays a bounded set.
 	Route string
+	// Reason is the rejection's short, client-safe explanation ("queue
+	// full"), for Rejected; a status page shows it beside the layer and
+	// policy. Layers write it from a bounded set of phrases, but metrics
+	// should not label by it.
+	Reason string
 }
 
 // Observer receives every decision. Observe is called outside any lock of
@@ -75,6 +80,26 @@ type ObserverFunc func(Event)
 
 // Observe calls f.
 func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// LatencyReader is implemented by observers that can tell whether they
+// read Event.Latency. Timing each layer costs the chain a clock read per
+// layer and per release, which it skips when its observer does not read
+// the latency; Latency is then zero. An observer that does not implement
+// LatencyReader is taken to read it.
+type LatencyReader interface {
+	ReadsLatency() bool
+}
+
+// ReadsLatency reports whether any of the observers reads Event.Latency
+// (see LatencyReader).
+func (os Observers) ReadsLatency() bool {
+	for _, o := range os {
+		if lr, ok := o.(LatencyReader); !ok || lr.ReadsLatency() {
+			return true
+		}
+	}
+	return false
+}
 
 // Observers fans one event out to several observers, in order.
 type Observers []Observer
@@ -105,6 +130,7 @@ func rejectedEvent(layer string, req *Request, rej *Rejection, latency time.Dura
 		e.Queued = rej.Waited > 0
 		e.Wait = rej.Waited
 		e.Fallback = rej.Fallback
+		e.Reason = rej.Reason
 		if len(rej.Policies) > 0 {
 			e.Policy = rej.Policies[0].Policy
 		}

@@ -12,6 +12,7 @@
 //	go run ./examples/overload -scenario all            # the five, one after the other
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
+//	go run ./examples/overload -watch 127.0.0.1:8090    # watch loadshed's server live at http://127.0.0.1:8090/debug/loadshed
 //
 // It starts the server as a process of its own with one CPU's worth of Go
 // scheduler (GOMAXPROCS=1), pinned with taskset to one CPU while the load
@@ -32,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -77,6 +79,10 @@ type options struct {
 	// serverBin, when set, is the server to run (a build of
 	// examples/server) instead of this binary.
 	serverBin string
+	// watch, when set, is the address loadshed's server listens on (the
+	// first instance's), so that its status page stays at one URL while
+	// each step starts a fresh server.
+	watch string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -97,6 +103,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "Redis address: run a fleet sharing it (with -instances)")
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
 	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
+	fs.StringVar(&o.watch, "watch", "", "listen address of loadshed's server (e.g. 127.0.0.1:8090), to watch the flood live on its status page, /debug/loadshed; default a free port per step")
 	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -181,6 +188,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.instances > 1 && o.redis == "" {
 		return o, errors.New("-instances above 1 needs -redis: the instances share their counts through it")
 	}
+	if o.watch != "" {
+		if _, _, err := net.SplitHostPort(o.watch); err != nil {
+			return o, fmt.Errorf("-watch: %w", err)
+		}
+	}
 	o.serverFlags = strings.Fields(*serverFlags)
 	for _, s := range strings.Split(*setups, ",") {
 		p, err := api.ParseProtection(strings.TrimSpace(s))
@@ -212,6 +224,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "note:", pin.note)
 	} else {
 		fmt.Fprintf(stdout, "server on CPU %d (GOMAXPROCS=1), load generator on CPU %d\n", pin.serverCPU, pin.loadCPU)
+	}
+	if o.watch != "" {
+		fmt.Fprintf(stdout, "watch loadshed's server live: http://%s/debug/loadshed (the page reconnects as each step starts a fresh server)\n", o.watch)
 	}
 	for _, name := range o.scenarios {
 		dir := o.out
@@ -520,6 +535,9 @@ func withServers(ctx context.Context, o options, pin pinning, sc scenario, p api
 		}
 		if isLoadshed(p) {
 			args = append(args, o.serverFlags...)
+			if o.watch != "" && i == 0 {
+				args = append(args, "-addr", o.watch) // after startServer's own -addr, so it wins
+			}
 		}
 		if o.redis != "" {
 			// Each step's fleet has keys of its own: the last step's killed

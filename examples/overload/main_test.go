@@ -257,6 +257,7 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"-pool", "0"},
 		{"-latency", "0s"},
 		{"-blind-headroom", "0"},
+		{"-watch", "8090"},
 		{"extra"},
 	} {
 		var stderr bytes.Buffer
