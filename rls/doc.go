@@ -14,7 +14,20 @@
 // then a wildcard value ("/v1/reports*"), then the key alone (one count per
 // distinct value); the rule applies when the descriptor's last entry
 // reaches a descriptor with a limit. Counts are kept per limit and per the
-// descriptor's full list of keys and values.
+// descriptor's full list of keys and values, except that an entry matched
+// by a wildcard with share_threshold is counted under the pattern: every
+// value it matches shares one count.
+//
+// # Metrics
+//
+// Each decision is an event whose Policy names the rule: the limit's name,
+// else its path in the tree ("key_value.key"), as envoyproxy/ratelimit
+// names its stats without the domain. With detailed_metric the request's
+// keys and values follow the rule's path ("<path>.key_value"); with
+// value_to_metric, an entry matched by its key alone or by a wildcard takes
+// the request's value in the path ("route_draw.user"). An entry counted
+// under a shared pattern is named by the pattern in both. The names a rule
+// takes from requests are bounded by MaxDetailedValues.
 //
 // # Answers
 //
@@ -63,6 +76,5 @@
 // units a smaller request could still take), where envoyproxy/ratelimit
 // always says 0. A check (hits_addend 0) is over when nothing remains,
 // where envoyproxy/ratelimit says over only once its counter is past the
-// limit. quota_mode, value_to_metric, share_threshold and metadata are
-// accepted and have no effect.
+// limit. quota_mode and metadata are accepted and have no effect.
 package rls

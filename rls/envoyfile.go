@@ -37,11 +37,10 @@ type yamlDescriptor struct {
 	Descriptors    []yamlDescriptor `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
-	// Accepted for compatibility, without effect here.
-	QuotaMode      bool           `yaml:"quota_mode"`
-	ValueToMetric  bool           `yaml:"value_to_metric"`
-	ShareThreshold bool           `yaml:"share_threshold"`
-	Metadata       map[string]any `yaml:"metadata"`
+	QuotaMode      bool             `yaml:"quota_mode"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       map[string]any   `yaml:"metadata"`
 }
 
 type yamlRate struct {
@@ -198,9 +197,7 @@ func (p *envoyParser) descriptors(ys []yamlDescriptor, path string) []Descriptor
 		}
 		seen[composite] = true
 		d := Descriptor{Key: y.Key, Value: y.Value, ShadowMode: y.ShadowMode, DetailedMetric: y.DetailedMetric, path: at}
-		if y.ShareThreshold && !strings.Contains(y.Value, "*") {
-			p.errorf(at+".share_threshold", "share_threshold can only be used with wildcard values (containing '*')")
-		}
+		p.fields(y, &d, at)
 		if y.RateLimit != nil && len(y.RateLimits) > 0 {
 			p.errorf(at+".rate_limits", "set rate_limit or rate_limits, not both")
 		}

@@ -400,7 +400,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	if n.shared {
 		shared = req.Domain
 	}
-	key := descriptorKey(shared, d.Entries)
+	key := descriptorKey(shared, d.Entries, n)
 	h := hits(req, d)
 	cost := int64(min(h, math.MaxInt64))
 	var buf [4]checked
@@ -413,8 +413,12 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 			cs = append(cs, c)
 			continue
 		}
-		if l.detailed != nil {
-			c.policy = l.detailed.name(l.policy, detailedValues(d.Entries))
+		switch {
+		case l.detailed != nil:
+			c.policy = l.detailed.name(l.policy, n.detailedValues(d.Entries))
+		case l.valued != nil:
+			name := n.metricName(d.Entries)
+			c.policy = l.valued.intern(l.policy, name, name)
 		}
 		switch {
 		case l.store == nil: // requests_per_unit 0
@@ -547,25 +551,27 @@ func (s *Server) observe(layer string, c *checked) {
 }
 
 // descriptorKey is the key a descriptor is counted under within one
-// limit: every entry's key and value (after the domain, for a limit all
+// limit: every entry's key and value (a shared pattern in place of the
+// value where the rule n shares one; after the domain, for a limit all
 // domains share), length-prefixed so that no two descriptors share one.
-func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry) string {
-	n := len(domain) + 1
-	for _, e := range es {
-		n += len(e.Key) + len(e.Value) + 8
+func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry, n *node) string {
+	size := len(domain) + 1
+	for i, e := range es {
+		size += len(e.Key) + len(n.countedValue(i, e)) + 8
 	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, size)
 	if domain != "" {
 		b = append(b, domain...)
 		b = append(b, 0)
 	}
-	for _, e := range es {
+	for i, e := range es {
+		v := n.countedValue(i, e)
 		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
 		b = append(b, ':')
 		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = strconv.AppendInt(b, int64(len(v)), 10)
 		b = append(b, ':')
-		b = append(b, e.Value...)
+		b = append(b, v...)
 	}
 	return string(b)
 }

@@ -12,6 +12,8 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 )
@@ -42,6 +44,20 @@ type node struct {
 	name      string // the path below the domain: "key_value.key"
 	shared    bool   // a request's own limit, shared by every domain
 	layer     string // a domain's root: its events' layer, "rls:<domain>"
+
+	// sharing holds, per entry of a request reaching this node, the
+	// wildcard pattern counted in place of the entry's value
+	// (share_threshold), or ""; nil when no entry on the way shares.
+	sharing []string
+	// metric holds, per entry, the part of the metric name the entry
+	// gives: "" for the request's own key and value (value_to_metric);
+	// nil when no entry on the way takes the request's value.
+	metric []string
+	quota  bool
+	depth  int      // the entries a request needs to reach this node
+	parts  []string // each entry's name in the tree: key, or key_value
+	// metadata goes to the gateway when a request passes this rule.
+	metadata *structpb.Struct
 }
 
 type limitRule struct {
@@ -53,6 +69,7 @@ type limitRule struct {
 	shadow   bool
 	replaces []string
 	detailed *detailedNames // nil unless detailed_metric
+	valued   *detailedNames // nil unless value_to_metric names it
 	soft     *softLimit     // nil unless soft
 }
 
@@ -164,6 +181,10 @@ func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow b
 		}
 		n.unlimited = n.unlimited || d.Unlimited
 		n.detailed = n.detailed || d.DetailedMetric
+		n.quota = n.quota || d.QuotaMode
+		if err := n.fields(parent, &d); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
 		for i := range d.Limits {
 			l := &d.Limits[i]
 			if err := l.check(); err != nil {
@@ -181,6 +202,8 @@ func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow b
 			}
 			if d.DetailedMetric {
 				lr.detailed = &detailedNames{}
+			} else if n.metric != nil && l.Name == "" {
+				lr.valued = &detailedNames{}
 			}
 			if l.RequestsPerUnit > 0 {
 				id := fmt.Sprintf("%q|%q|%d|%v|%v", domain, p, len(n.limits), l.Algorithm, l.limit())
@@ -256,7 +279,11 @@ type detailedNames struct {
 	n     atomic.Int32
 }
 
-func (d *detailedNames) name(policy, values string) string {
+func (d *detailedNames) name(policy, values string) string { return d.intern(policy, values, "") }
+
+// intern returns the name of values: name, or policy.values when name is
+// "", or policy.other past MaxDetailedValues.
+func (d *detailedNames) intern(policy, values, name string) string {
 	if v, ok := d.names.Load(values); ok {
 		return v.(string)
 	}
@@ -264,7 +291,9 @@ func (d *detailedNames) name(policy, values string) string {
 		d.n.Add(-1)
 		return policy + ".other"
 	}
-	name := policy + "." + values
+	if name == "" {
+		name = policy + "." + values
+	}
 	if v, loaded := d.names.LoadOrStore(values, name); loaded {
 		d.n.Add(-1)
 		return v.(string)
