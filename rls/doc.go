@@ -32,7 +32,15 @@
 // # Answers
 //
 // Each descriptor gets a status (code, current_limit, limit_remaining,
-// duration_until_reset); the overall code is OVER_LIMIT when any status is.
+// duration_until_reset); the overall code is OVER_LIMIT when any status is,
+// except for quotas: a descriptor whose rule has quota_mode (every
+// descriptor, with Config.QuotaMode) makes the overall code OVER_LIMIT
+// only when every quota of the request is over, so that a request passes
+// while any of its quotas has room; its own status still says OVER_LIMIT.
+// With Config.ResponseDynamicMetadata the response's dynamic_metadata
+// holds the domain, each descriptor (its entries as "key=value", its own
+// limit and hits_addend), the request's hits_addend, and under "metadata"
+// the metadata of the rules the request passed, merged in its order.
 // hits_addend (the request's, or a descriptor's own, which may be 0 to
 // check without counting) is the cost; is_negative_hits gives units back.
 // shadow_mode decides and records but answers OK; unlimited answers OK
@@ -76,5 +84,14 @@
 // units a smaller request could still take), where envoyproxy/ratelimit
 // always says 0. A check (hits_addend 0) is over when nothing remains,
 // where envoyproxy/ratelimit says over only once its counter is past the
-// limit. quota_mode and metadata are accepted and have no effect.
+// limit.
+//
+// Every field of envoyproxy/ratelimit's files has its effect; its
+// settings GLOBAL_QUOTA_MODE and RESPONSE_DYNAMIC_METADATA are
+// Config.QuotaMode and Config.ResponseDynamicMetadata. Its other source of
+// rules, an xDS server (whose protocol also carries metadata), does not
+// apply: the rules are files. The "limit" of a descriptor in the dynamic
+// metadata is the limit's protobuf text, whose spacing protobuf's Go
+// library varies on purpose, there as here: read it as text format, not
+// byte for byte.
 package rls

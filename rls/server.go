@@ -72,6 +72,14 @@ type Config struct {
 	// for a limit in shadow mode. No Released follows: the service holds
 	// no lease.
 	Observer shed.Observer
+	// QuotaMode makes every descriptor a quota (as quota_mode makes one
+	// rule): a request is over only when all its descriptors are.
+	QuotaMode bool
+	// ResponseDynamicMetadata puts into each response's dynamic_metadata
+	// the request's domain, descriptors and hits_addend, and the metadata
+	// of the rules it passed, as envoyproxy/ratelimit does with
+	// RESPONSE_DYNAMIC_METADATA.
+	ResponseDynamicMetadata bool
 	// OnResponse, when set, is told each response's domain (UnknownDomain
 	// for one the rules lack) and overall code.
 	OnResponse func(domain string, code pb.RateLimitResponse_Code)
@@ -326,14 +334,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 
-	overall := pb.RateLimitResponse_OK
+	overall := s.overall(nodes, resp.Statuses, ds)
 	var tightest *pb.RateLimitResponse_DescriptorStatus
 	var tightestPolicy string
 	var tightestPeriod time.Duration
 	for i, st := range resp.Statuses {
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-			overall = pb.RateLimitResponse_OVER_LIMIT
-		}
 		if st.CurrentLimit != nil && !ds[i].shadow {
 			// The tightest: an over-limit status first, else the least remaining.
 			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
@@ -343,6 +348,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 	resp.OverallCode = overall
+	if s.cfg.ResponseDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, nodes, resp.Statuses, ds)
+	}
 	if tightest != nil && (s.cfg.RateLimitHeaders || s.cfg.LegacyHeaders) {
 		resp.ResponseHeadersToAdd = s.headers(tightest, tightestPolicy, tightestPeriod)
 	}
@@ -360,6 +368,8 @@ type decided struct {
 	// records but must not reach clients (a client honouring the fields
 	// would slow down to a limit nobody enforces).
 	shadow bool
+	// limited: a limit of the rule decided (not every one replaced).
+	limited bool
 }
 
 // decideParallel decides the descriptors whose status is still nil on at
@@ -493,7 +503,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		CurrentLimit:       pick.rule.current,
 		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
-	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow}
+	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow, limited: true}
 }
 
 // allow takes cost units, reporting whether the store's local fallback
