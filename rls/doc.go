@@ -10,9 +10,13 @@
 // it; LoadEnvoyConfig reads those files as they are (a directory of them,
 // one domain each), FromFile takes the ratelimit sections of loadshed's own
 // file, and Load picks between the two. A request descriptor is matched as
-// envoyproxy/ratelimit matches it: entry by entry, a key and value first,
-// then a wildcard value ("/v1/reports*"), then the key alone (one count per
-// distinct value); the rule applies when the descriptor's last entry
+// envoyproxy/ratelimit matches it: entry by entry, its key and value
+// first, then the wildcards of that level in the file's order, then its
+// key alone (one count per distinct value). A wildcard is a '*' anywhere
+// in an entry's name, key_value as envoyproxy/ratelimit forms it
+// ("/v1/*/reports", "*.json", "svc*ep*rpc"), each '*' any run of
+// characters, and the whole key_value is matched against it (so a request
+// value "" is matched by "*" before the key alone); the rule applies when the descriptor's last entry
 // reaches a descriptor with a limit. Counts are kept per limit and per the
 // descriptor's full list of keys and values, except that an entry matched
 // by a wildcard with share_threshold is counted under the pattern: every

@@ -96,10 +96,16 @@ func plain(v any) (any, error) {
 func (n *node) fields(parent *node, d *Descriptor) error {
 	n.depth = parent.depth + 1
 	n.parts = append(slices.Clip(parent.parts), composite(d.Key, d.Value))
-	wild := strings.Contains(d.Value, "*")
+	// A name with a '*' is matched as a pattern; shared, the pattern is
+	// counted in place of the value (the whole name when the key has the
+	// '*', as envoyproxy/ratelimit does).
+	wild := strings.Contains(n.parts[n.depth-1], "*")
 	own := ""
 	if d.ShareThreshold && wild {
 		own = d.Value
+		if strings.Contains(d.Key, "*") {
+			own = n.parts[n.depth-1]
+		}
 	}
 	if own != "" || parent.sharing != nil {
 		n.sharing = make([]string, n.depth)
