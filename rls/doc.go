@@ -9,7 +9,9 @@
 // A Domain is a tree of Descriptors, as envoyproxy/ratelimit's files write
 // it; LoadEnvoyConfig reads those files as they are (a directory of them,
 // one domain each), FromFile takes the ratelimit sections of loadshed's own
-// file, and Load picks between the two. A request descriptor is matched as
+// file, and Load picks between the two: a file whose top level has a
+// domain or descriptors and no layers is envoyproxy/ratelimit's, so that
+// one missing its domain is refused as envoyproxy/ratelimit refuses it. A request descriptor is matched as
 // envoyproxy/ratelimit matches it: entry by entry, its key and value
 // first, then the wildcards of that level in the file's order, then its
 // key alone (one count per distinct value). A wildcard is a '*' anywhere

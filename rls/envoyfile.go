@@ -64,8 +64,9 @@ type yamlRate struct {
 }
 
 // IsEnvoyConfig reports whether path is a directory (of envoyproxy/ratelimit
-// files) or a YAML file whose top level has a domain and no layers: an
-// envoyproxy/ratelimit file rather than loadshed's own.
+// files) or a YAML file whose top level has a domain or descriptors and no
+// layers: an envoyproxy/ratelimit file (perhaps a broken one) rather than
+// loadshed's own.
 func IsEnvoyConfig(path string) bool {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -78,13 +79,7 @@ func IsEnvoyConfig(path string) bool {
 	if err != nil {
 		return false
 	}
-	var top map[string]any
-	if yaml.Unmarshal(data, &top) != nil {
-		return false
-	}
-	_, domain := top["domain"]
-	_, layers := top["layers"]
-	return domain && !layers
+	return looksEnvoy(data)
 }
 
 // LoadEnvoyConfig reads envoyproxy/ratelimit configuration: one file, or
@@ -154,6 +149,9 @@ func ParseEnvoyConfig(name string, data []byte) (Domain, config.Errors) {
 	p := &envoyParser{name: name, file: file}
 	if root.Domain == "" {
 		p.errorf("domain", "config file cannot have empty domain")
+		if e := p.errs[len(p.errs)-1]; e.Line == 0 {
+			e.Line, e.Column = 1, 1 // no domain at all: the file's top
+		}
 	}
 	d := Domain{Name: root.Domain, File: name, Descriptors: p.descriptors(root.Descriptors, "descriptors")}
 	return d, p.errs
