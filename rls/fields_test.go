@@ -3,6 +3,7 @@ package rls
 import (
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
@@ -139,4 +140,15 @@ descriptors:
 	if strings.Join(ev.policies, " ") != strings.Join(want, " ") {
 		t.Fatalf("policies %q, want %q", ev.policies, want)
 	}
+}
+
+// A hits_addend above the limit is over, and resets with the window, as
+// any over request does.
+func TestCostAboveLimitResetsWithTheWindow(t *testing.T) {
+	s, _ := testServer(t, Config{Domains: parseRules(t, "c.yaml", "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")})
+	r, err := s.ShouldRateLimit(t.Context(), &pb.RateLimitRequest{Domain: "c", HitsAddend: 3, Descriptors: wrap(desc("k=v"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, r.Statuses[0], want{pb.RateLimitResponse_OVER_LIMIT, 2, 50 * time.Second, 2})
 }

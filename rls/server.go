@@ -448,8 +448,11 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 			if err != nil {
 				// A cost above what the limit ever admits, or a bad key:
 				// over, as envoyproxy/ratelimit answers a hits_addend past
-				// the limit.
-				c.res = ratelimit.Result{Limit: l.store.Limit().Quantity, ResetAfter: l.period}
+				// the limit, with the window's own reset and what remains.
+				c.res, c.fb = s.peek(ctx, l.store, key)
+				if c.res.ResetAfter <= 0 {
+					c.res.ResetAfter = l.period
+				}
 			}
 			c.over = err != nil || !c.res.Allowed
 			if err == nil && c.over && l.soft != nil {
