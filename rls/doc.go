@@ -93,11 +93,19 @@
 // limit.
 //
 // Every field of envoyproxy/ratelimit's files has its effect; its
-// settings GLOBAL_QUOTA_MODE and RESPONSE_DYNAMIC_METADATA are
+// settings QUOTA_MODE and RESPONSE_DYNAMIC_METADATA are
 // Config.QuotaMode and Config.ResponseDynamicMetadata. Its other source of
 // rules, an xDS server (whose protocol also carries metadata), does not
 // apply: the rules are files. The "limit" of a descriptor in the dynamic
 // metadata is the limit's protobuf text, whose spacing protobuf's Go
 // library varies on purpose, there as here: read it as text format, not
 // byte for byte.
+//
+// rls answers as envoyproxy/ratelimit's current source does. Its older
+// versions (among them builds of January 2026) answer otherwise in three
+// ways: before March 2026 a quota that is over was answered OK, without
+// duration_until_reset, and never made the overall code OVER_LIMIT;
+// before April 2026 dynamic_metadata also held quotaModeEnabled and
+// quotaModeViolations, and no rule's metadata (the field was refused);
+// before March 2026 only a trailing '*' was a wildcard.
 package rls
