@@ -11,15 +11,17 @@
 // one domain each), FromFile takes the ratelimit sections of loadshed's own
 // file, and Load picks between the two: a file whose top level has a
 // domain or descriptors and no layers is envoyproxy/ratelimit's, so that
-// one missing its domain is refused as envoyproxy/ratelimit refuses it. A request descriptor is matched as
-// envoyproxy/ratelimit matches it: entry by entry, its key and value
-// first, then the wildcards of that level in the file's order, then its
-// key alone (one count per distinct value). A wildcard is a '*' anywhere
-// in an entry's name, key_value as envoyproxy/ratelimit forms it
-// ("/v1/*/reports", "*.json", "svc*ep*rpc"), each '*' any run of
-// characters, and the whole key_value is matched against it (so a request
-// value "" is matched by "*" before the key alone); the rule applies when the descriptor's last entry
-// reaches a descriptor with a limit. Counts are kept per limit and per the
+// one missing its domain is refused as envoyproxy/ratelimit refuses it.
+//
+// A request descriptor is matched as envoyproxy/ratelimit matches it:
+// entry by entry, its key and value first, then the wildcards of that
+// level in the file's order, then its key alone (one count per distinct
+// value). A wildcard is a '*' anywhere in an entry's name, key_value as
+// envoyproxy/ratelimit forms it ("/v1/*/reports", "*.json", "svc*ep*rpc"),
+// each '*' any run of characters, and the request's whole key_value is
+// matched against it (so a value "" is matched by "*" before the key
+// alone). The rule applies when the descriptor's last entry reaches a
+// descriptor with a limit. Counts are kept per limit and per the
 // descriptor's full list of keys and values, except that an entry matched
 // by a wildcard with share_threshold is counted under the pattern: every
 // value it matches shares one count.
@@ -43,24 +45,28 @@
 // descriptor, with Config.QuotaMode) makes the overall code OVER_LIMIT
 // only when every quota of the request is over, so that a request passes
 // while any of its quotas has room; its own status still says OVER_LIMIT.
-// With Config.ResponseDynamicMetadata the response's dynamic_metadata
-// holds the domain, each descriptor (its entries as "key=value", its own
-// limit and hits_addend), the request's hits_addend, and under "metadata"
-// the metadata of the rules the request passed, merged in its order.
 // hits_addend (the request's, or a descriptor's own, which may be 0 to
 // check without counting) is the cost; is_negative_hits gives units back.
 // shadow_mode decides and records but answers OK; unlimited answers OK
 // with no limit; a limit named in another matched limit's replaces is
 // skipped; requests_per_unit 0 rejects everything; a descriptor's own
 // limit (the request's override) is a fixed window of that limit, in a
-// known domain, for up to MaxOverrides distinct limits. An unknown domain, or a
-// descriptor no rule matches, is OK without a limit, as there. An empty
-// domain or descriptor list, or a request past Config's bounds (the
-// number of descriptors and entries, the length of a key or value) or not
-// UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never gets that far:
-// gRPC's decoder refuses the message as INTERNAL; over JSON it is a 400). With Config.RateLimitHeaders the tightest
-// limit's RateLimit and RateLimit-Policy fields go into
-// response_headers_to_add.
+// known domain, for up to MaxOverrides distinct limits. An unknown
+// domain, or a descriptor no rule matches, is OK without a limit, as
+// there. An empty domain or descriptor list, or a request past Config's
+// bounds (the number of descriptors and entries, the length of a key or
+// value) or not UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never
+// gets that far: gRPC's decoder refuses the message as INTERNAL; over JSON
+// it is a 400).
+//
+// With Config.RateLimitHeaders the tightest limit's RateLimit and
+// RateLimit-Policy fields go into response_headers_to_add. With
+// Config.ResponseDynamicMetadata the response's dynamic_metadata holds the
+// domain, each descriptor (its entries as "key=value", its own limit and
+// hits_addend), the request's hits_addend, and under "metadata" the
+// metadata of the rules the request passed (neither over nor unlimited),
+// merged in its order: maps merge, and of two other values under one name
+// the first stays.
 //
 // # Beyond envoyproxy/ratelimit
 //
