@@ -7,18 +7,26 @@
 # server's CPU per decision) for envoyproxy/ratelimit, loadshed serve in
 # exact mode and in batched mode, and loadshed serve in memory: the gRPC
 # path's own cost on this machine, the bound of any Redis-backed row. docs/benchmarks.md explains the results.
-# A run with the defaults and no arguments also writes what it prints to
-# docs/results/rls-compare.md (RESULTS names another file, and makes any
-# run write it).
 #
 #   bench/rls-compare.sh              # 10 s of load per service, 64 in flight
 #   LOAD=30s CONC=128 bench/rls-compare.sh
+#   LOAD=0 RESULTS= bench/rls-compare.sh      # the agreement checks alone
+#   NOTE="machine shared with other work" bench/rls-compare.sh  # NOTE goes into the results
 #
 # envoyproxy/ratelimit is built from the Go module proxy into a cache folder
 # (its module never enters a go.mod of ours); ENVOY_RATELIMIT_VERSION picks
-# the version.
+# the version: by default the newest the proxy serves (the pseudo-versions
+# of later commits are refused there). rls's package doc says where that
+# version answers otherwise than envoyproxy/ratelimit's current source,
+# and the agreement check counts those answers apart.
+#
+# A second pair of services runs with dynamic metadata on
+# (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata), for the
+# dynamic_metadata check. The output is also written to RESULTS
+# (docs/results/rls-compare.md by default; RESULTS= writes none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RESULTS=${RESULTS-docs/results/rls-compare.md}
 
 ENVOY_RATELIMIT_VERSION=${ENVOY_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 LOAD=${LOAD:-10s}
@@ -26,10 +34,6 @@ LOAD=${LOAD:-10s}
 # of the time in the memory row, so that row measured the loop, not the
 # service.
 CONC=${CONC:-64}
-if [ $# -eq 0 ] && [ "$LOAD" = 10s ] && [ "$CONC" = 64 ]; then
-  RESULTS=${RESULTS:-docs/results/rls-compare.md}
-fi
-RESULTS=${RESULTS:-}
 # loadshed's stores decide from their local share when a round trip takes
 # longer than this (50ms by default); on a loaded machine that would turn
 # exact rows into local ones, so the comparison waits as envoyproxy/ratelimit
@@ -105,6 +109,16 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
 E_PID=$!; PIDS+=($!)
 
+EM_GRPC=$(free_port); EM_HTTP=$(free_port); EM_DEBUG=$(free_port)
+env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
+  REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL="$LOADSHED_REDIS_ADDR" \
+  LOCAL_CACHE_SIZE_IN_BYTES=1048576 RESPONSE_DYNAMIC_METADATA=true \
+  RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
+  HOST=127.0.0.1 PORT="$EM_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$EM_GRPC" \
+  DEBUG_HOST=127.0.0.1 DEBUG_PORT="$EM_DEBUG" \
+  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy-metadata.log" 2>&1 &
+PIDS+=($!)
+
 # start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
 # which it leaves in X_GRPC and X_HTTP, its process id in X_PID.
 start_loadshed() {
@@ -124,6 +138,7 @@ start_loadshed U unpipelined "${ON_REDIS[@]}" -pipeline 0
 start_loadshed B batched "${ON_REDIS[@]}" -batch 0.1
 start_loadshed C batched2 "${ON_REDIS[@]}" -batch 0.1
 start_loadshed M memory
+start_loadshed D metadata "${ON_REDIS[@]}" -response-dynamic-metadata
 
 wait_port "$E_GRPC" envoyproxy/ratelimit
 wait_port "$L_GRPC" "loadshed serve"
@@ -131,6 +146,8 @@ wait_port "$U_GRPC" "loadshed serve -pipeline 0"
 wait_port "$B_GRPC" "loadshed serve -batch"
 wait_port "$C_GRPC" "loadshed serve -batch, a second instance"
 wait_port "$M_GRPC" "loadshed serve (memory)"
+wait_port "$EM_GRPC" "envoyproxy/ratelimit with dynamic metadata"
+wait_port "$D_GRPC" "loadshed serve -response-dynamic-metadata"
 
 # report prints the results: what a run writes to RESULTS.
 report() {
@@ -139,9 +156,10 @@ report() {
   echo "Written by \`bench/rls-compare.sh\` (do not edit by hand); how the services are set up and"
   echo "how to read the rows: [../benchmarks.md](../benchmarks.md#the-rate-limit-service-against-envoyproxyratelimit)."
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD)"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD), LOAD=$LOAD CONC=$CONC PIN=$PIN${NOTE:+; $NOTE}"
   echo
-  "${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
+  "${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" \
+    -envoy-metadata "127.0.0.1:$EM_GRPC" -loadshed-metadata "127.0.0.1:$D_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
     -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
   # Decisions taken from the local share because Redis did not answer within

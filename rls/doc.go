@@ -9,31 +9,64 @@
 // A Domain is a tree of Descriptors, as envoyproxy/ratelimit's files write
 // it; LoadEnvoyConfig reads those files as they are (a directory of them,
 // one domain each), FromFile takes the ratelimit sections of loadshed's own
-// file, and Load picks between the two. A request descriptor is matched as
-// envoyproxy/ratelimit matches it: entry by entry, a key and value first,
-// then a wildcard value ("/v1/reports*"), then the key alone (one count per
-// distinct value); the rule applies when the descriptor's last entry
-// reaches a descriptor with a limit. Counts are kept per limit and per the
-// descriptor's full list of keys and values.
+// file, and Load picks between the two: a file whose top level has a
+// domain or descriptors and no layers is envoyproxy/ratelimit's, so that
+// one missing its domain is refused as envoyproxy/ratelimit refuses it.
+//
+// A request descriptor is matched as envoyproxy/ratelimit matches it:
+// entry by entry, its key and value first, then the wildcards of that
+// level in the file's order, then its key alone (one count per distinct
+// value). A wildcard is a '*' anywhere in an entry's name, key_value as
+// envoyproxy/ratelimit forms it ("/v1/*/reports", "*.json", "svc*ep*rpc"),
+// each '*' any run of characters, and the request's whole key_value is
+// matched against it (so a value "" is matched by "*" before the key
+// alone). The rule applies when the descriptor's last entry reaches a
+// descriptor with a limit. Counts are kept per limit and per the
+// descriptor's full list of keys and values, except that an entry matched
+// by a wildcard with share_threshold is counted under the pattern: every
+// value it matches shares one count.
+//
+// # Metrics
+//
+// Each decision is an event whose Policy names the rule: the limit's name,
+// else its path in the tree ("key_value.key"), as envoyproxy/ratelimit
+// names its stats without the domain. With detailed_metric the request's
+// keys and values follow the rule's path ("<path>.key_value"); with
+// value_to_metric, an entry matched by its key alone or by a wildcard takes
+// the request's value in the path ("route_draw.user"). An entry counted
+// under a shared pattern is named by the pattern in both. The names a rule
+// takes from requests are bounded by MaxDetailedValues.
 //
 // # Answers
 //
 // Each descriptor gets a status (code, current_limit, limit_remaining,
-// duration_until_reset); the overall code is OVER_LIMIT when any status is.
+// duration_until_reset); the overall code is OVER_LIMIT when any status is,
+// except for quotas: a descriptor whose rule has quota_mode (every
+// descriptor, with Config.QuotaMode) makes the overall code OVER_LIMIT
+// only when every quota of the request is over, so that a request passes
+// while any of its quotas has room; its own status still says OVER_LIMIT.
 // hits_addend (the request's, or a descriptor's own, which may be 0 to
 // check without counting) is the cost; is_negative_hits gives units back.
 // shadow_mode decides and records but answers OK; unlimited answers OK
 // with no limit; a limit named in another matched limit's replaces is
 // skipped; requests_per_unit 0 rejects everything; a descriptor's own
 // limit (the request's override) is a fixed window of that limit, in a
-// known domain, for up to MaxOverrides distinct limits. An unknown domain, or a
-// descriptor no rule matches, is OK without a limit, as there. An empty
-// domain or descriptor list, or a request past Config's bounds (the
-// number of descriptors and entries, the length of a key or value) or not
-// UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never gets that far:
-// gRPC's decoder refuses the message as INTERNAL; over JSON it is a 400). With Config.RateLimitHeaders the tightest
-// limit's RateLimit and RateLimit-Policy fields go into
-// response_headers_to_add.
+// known domain, for up to MaxOverrides distinct limits. An unknown
+// domain, or a descriptor no rule matches, is OK without a limit, as
+// there. An empty domain or descriptor list, or a request past Config's
+// bounds (the number of descriptors and entries, the length of a key or
+// value) or not UTF-8, is INVALID_ARGUMENT (over gRPC, invalid UTF-8 never
+// gets that far: gRPC's decoder refuses the message as INTERNAL; over JSON
+// it is a 400).
+//
+// With Config.RateLimitHeaders the tightest limit's RateLimit and
+// RateLimit-Policy fields go into response_headers_to_add. With
+// Config.ResponseDynamicMetadata the response's dynamic_metadata holds the
+// domain, each descriptor (its entries as "key=value", its own limit and
+// hits_addend), the request's hits_addend, and under "metadata" the
+// metadata of the rules the request passed (neither over nor unlimited),
+// merged in its order: maps merge, and of two other values under one name
+// the first stays.
 //
 // # Beyond envoyproxy/ratelimit
 //
@@ -63,6 +96,22 @@
 // units a smaller request could still take), where envoyproxy/ratelimit
 // always says 0. A check (hits_addend 0) is over when nothing remains,
 // where envoyproxy/ratelimit says over only once its counter is past the
-// limit. quota_mode, value_to_metric, share_threshold and metadata are
-// accepted and have no effect.
+// limit.
+//
+// Every field of envoyproxy/ratelimit's files has its effect; its
+// settings QUOTA_MODE and RESPONSE_DYNAMIC_METADATA are
+// Config.QuotaMode and Config.ResponseDynamicMetadata. Its other source of
+// rules, an xDS server (whose protocol also carries metadata), does not
+// apply: the rules are files. The "limit" of a descriptor in the dynamic
+// metadata is the limit's protobuf text, whose spacing protobuf's Go
+// library varies on purpose, there as here: read it as text format, not
+// byte for byte.
+//
+// rls answers as envoyproxy/ratelimit's current source does. Its older
+// versions (among them builds of January 2026) answer otherwise in three
+// ways: before March 2026 a quota that is over was answered OK, without
+// duration_until_reset, and never made the overall code OVER_LIMIT;
+// before April 2026 dynamic_metadata also held quotaModeEnabled and
+// quotaModeViolations, and no rule's metadata (the field was refused);
+// before March 2026 only a trailing '*' was a wildcard.
 package rls

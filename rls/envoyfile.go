@@ -38,11 +38,10 @@ type yamlDescriptor struct {
 	Descriptors    []yamlDescriptor `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
-	// Accepted for compatibility, without effect here.
-	QuotaMode      bool           `yaml:"quota_mode"`
-	ValueToMetric  bool           `yaml:"value_to_metric"`
-	ShareThreshold bool           `yaml:"share_threshold"`
-	Metadata       map[string]any `yaml:"metadata"`
+	QuotaMode      bool             `yaml:"quota_mode"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       map[string]any   `yaml:"metadata"`
 }
 
 type yamlRate struct {
@@ -66,9 +65,10 @@ type yamlRate struct {
 }
 
 // IsEnvoyConfig reports whether path is a directory (of envoyproxy/ratelimit
-// files) or a YAML file whose top level has a domain and no layers: an
-// envoyproxy/ratelimit file rather than loadshed's own. It reads the file
-// within the default config.Limits; a file past them is not one.
+// files) or a YAML file whose top level has a domain or descriptors and no
+// layers: an envoyproxy/ratelimit file (perhaps a broken one) rather than
+// loadshed's own. It reads the file within the default config.Limits; a
+// file past them is not one.
 func IsEnvoyConfig(path string) bool { return isEnvoyConfig(path, config.Limits{}) }
 
 func isEnvoyConfig(path string, lim config.Limits) bool {
@@ -83,26 +83,7 @@ func isEnvoyConfig(path string, lim config.Limits) bool {
 	if err != nil {
 		return false
 	}
-	file, err := yamlbound.Parse(data, yamlLimits(lim))
-	if err != nil || len(file.Docs) == 0 || file.Docs[0] == nil {
-		return false
-	}
-	domain, layers := false, false
-	if m, ok := file.Docs[0].Body.(ast.MapNode); ok {
-		for it := m.MapRange(); it.Next(); {
-			k := it.Key()
-			if k == nil || k.GetToken() == nil {
-				continue
-			}
-			switch k.GetToken().Value {
-			case "domain":
-				domain = true
-			case "layers":
-				layers = true
-			}
-		}
-	}
-	return domain && !layers
+	return looksEnvoy(data, yamlLimits(lim))
 }
 
 // readLimited reads path, up to one byte past lim's size, so that the
@@ -219,6 +200,9 @@ func parseEnvoyConfig(name string, data []byte, lim config.Limits) (Domain, conf
 	}
 	if root.Domain == "" {
 		p.errorf("domain", "config file cannot have empty domain")
+		if e := p.errs[len(p.errs)-1]; e.Line == 0 {
+			e.Line, e.Column = 1, 1 // no domain at all: the file's top
+		}
 	}
 	d := Domain{Name: root.Domain, File: name, Descriptors: p.descriptors(root.Descriptors, "descriptors")}
 	return d, p.errs
@@ -280,9 +264,7 @@ func (p *envoyParser) descriptors(ys []yamlDescriptor, path string) []Descriptor
 		}
 		seen[composite] = true
 		d := Descriptor{Key: y.Key, Value: y.Value, ShadowMode: y.ShadowMode, DetailedMetric: y.DetailedMetric, path: at}
-		if y.ShareThreshold && !strings.Contains(y.Value, "*") {
-			p.errorf(at+".share_threshold", "share_threshold can only be used with wildcard values (containing '*')")
-		}
+		p.fields(y, &d, at)
 		if y.RateLimit != nil && len(y.RateLimits) > 0 {
 			p.errorf(at+".rate_limits", "set rate_limit or rate_limits, not both")
 		}

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"encoding/json"
 	"os"
 	"testing"
 
@@ -22,3 +23,6 @@ func copyFile(t *testing.T, from, to string) {
 func wrapperspbUInt64(v uint64) *wrapperspb.UInt64Value { return wrapperspb.UInt64(v) }
 
 func wrap(ds ...*rlpb.RateLimitDescriptor) []*rlpb.RateLimitDescriptor { return ds }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }

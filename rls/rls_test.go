@@ -174,11 +174,12 @@ func TestHitsAddend(t *testing.T) {
 	check(t, ask(&pb.RateLimitRequest{HitsAddend: 4, Descriptors: []*rlpb.RateLimitDescriptor{d2}}), want{pb.RateLimitResponse_OK, 0, 50 * time.Second, 5})
 	// Nothing left: a check says over.
 	check(t, ask(&pb.RateLimitRequest{Descriptors: []*rlpb.RateLimitDescriptor{d0}}), want{pb.RateLimitResponse_OVER_LIMIT, 0, 50 * time.Second, 5})
-	// A huge hits_addend is over, never an error.
+	// A huge hits_addend is over, never an error, and resets with the
+	// window; what remains is still there.
 	huge := desc("path=/v1/charges", "user=cy")
 	huge.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
-	check(t, ask(&pb.RateLimitRequest{Descriptors: []*rlpb.RateLimitDescriptor{huge}}), want{pb.RateLimitResponse_OVER_LIMIT, 0, time.Minute, 5})
-	check(t, ask(&pb.RateLimitRequest{HitsAddend: math.MaxUint32, Descriptors: []*rlpb.RateLimitDescriptor{desc("path=/v1/charges", "user=cy")}}), want{pb.RateLimitResponse_OVER_LIMIT, 0, time.Minute, 5})
+	check(t, ask(&pb.RateLimitRequest{Descriptors: []*rlpb.RateLimitDescriptor{huge}}), want{pb.RateLimitResponse_OVER_LIMIT, 5, 50 * time.Second, 5})
+	check(t, ask(&pb.RateLimitRequest{HitsAddend: math.MaxUint32, Descriptors: []*rlpb.RateLimitDescriptor{desc("path=/v1/charges", "user=cy")}}), want{pb.RateLimitResponse_OVER_LIMIT, 5, 50 * time.Second, 5})
 	// and took nothing.
 	check(t, ask(&pb.RateLimitRequest{Descriptors: []*rlpb.RateLimitDescriptor{desc("path=/v1/charges", "user=cy")}}), want{pb.RateLimitResponse_OK, 4, 50 * time.Second, 5})
 	// is_negative_hits gives units back.

@@ -73,6 +73,14 @@ type Config struct {
 	// for a limit in shadow mode. No Released follows: the service holds
 	// no lease.
 	Observer shed.Observer
+	// QuotaMode makes every descriptor a quota (as quota_mode makes one
+	// rule): a request is over only when all its descriptors are.
+	QuotaMode bool
+	// ResponseDynamicMetadata puts into each response's dynamic_metadata
+	// the request's domain, descriptors and hits_addend, and the metadata
+	// of the rules it passed, as envoyproxy/ratelimit does with
+	// RESPONSE_DYNAMIC_METADATA.
+	ResponseDynamicMetadata bool
 	// OnResponse, when set, is told each response's domain (UnknownDomain
 	// for one the rules lack) and overall code.
 	OnResponse func(domain string, code pb.RateLimitResponse_Code)
@@ -332,14 +340,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 
-	overall := pb.RateLimitResponse_OK
+	overall := s.overall(nodes, resp.Statuses, ds)
 	var tightest *pb.RateLimitResponse_DescriptorStatus
 	var tightestPolicy string
 	var tightestPeriod time.Duration
 	for i, st := range resp.Statuses {
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-			overall = pb.RateLimitResponse_OVER_LIMIT
-		}
 		if st.CurrentLimit != nil && !ds[i].shadow {
 			// The tightest: an over-limit status first, else the least remaining.
 			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
@@ -349,6 +354,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 	resp.OverallCode = overall
+	if s.cfg.ResponseDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, nodes, resp.Statuses, ds)
+	}
 	if tightest != nil && (s.cfg.RateLimitHeaders || s.cfg.LegacyHeaders) {
 		resp.ResponseHeadersToAdd = s.headers(tightest, tightestPolicy, tightestPeriod)
 	}
@@ -366,6 +374,8 @@ type decided struct {
 	// records but must not reach clients (a client honouring the fields
 	// would slow down to a limit nobody enforces).
 	shadow bool
+	// limited: a limit of the rule decided (not every one replaced).
+	limited bool
 }
 
 // decideParallel decides the descriptors whose status is still nil on at
@@ -406,7 +416,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	if n.shared {
 		shared = req.Domain
 	}
-	key := descriptorKey(shared, d.Entries)
+	key := descriptorKey(shared, d.Entries, n)
 	h := hits(req, d)
 	cost := int64(min(h, math.MaxInt64))
 	var buf [4]checked
@@ -419,8 +429,12 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 			cs = append(cs, c)
 			continue
 		}
-		if l.detailed != nil {
-			c.policy = l.detailed.name(l.policy, detailedValues(d.Entries))
+		switch {
+		case l.detailed != nil:
+			c.policy = l.detailed.name(l.policy, n.detailedValues(d.Entries))
+		case l.valued != nil:
+			name := n.metricName(d.Entries)
+			c.policy = l.valued.intern(l.policy, name, name)
 		}
 		switch {
 		case l.store == nil: // requests_per_unit 0
@@ -440,8 +454,11 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 			if err != nil {
 				// A cost above what the limit ever admits, or a bad key:
 				// over, as envoyproxy/ratelimit answers a hits_addend past
-				// the limit.
-				c.res = ratelimit.Result{Limit: l.store.Limit().Quantity, ResetAfter: l.period}
+				// the limit, with the window's own reset and what remains.
+				c.res, c.fb = s.peek(ctx, l.store, key)
+				if c.res.ResetAfter <= 0 {
+					c.res.ResetAfter = l.period
+				}
 			}
 			c.over = err != nil || !c.res.Allowed
 			if err == nil && c.over && l.soft != nil {
@@ -498,7 +515,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 		CurrentLimit:       pick.rule.current,
 		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
-	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow}
+	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow, limited: true}
 }
 
 // allow takes cost units, reporting whether the store's local fallback
@@ -556,25 +573,27 @@ func (s *Server) observe(layer string, c *checked) {
 }
 
 // descriptorKey is the key a descriptor is counted under within one
-// limit: every entry's key and value (after the domain, for a limit all
+// limit: every entry's key and value (a shared pattern in place of the
+// value where the rule n shares one; after the domain, for a limit all
 // domains share), length-prefixed so that no two descriptors share one.
-func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry) string {
-	n := len(domain) + 1
-	for _, e := range es {
-		n += len(e.Key) + len(e.Value) + 8
+func descriptorKey(domain string, es []*rlpb.RateLimitDescriptor_Entry, n *node) string {
+	size := len(domain) + 1
+	for i, e := range es {
+		size += len(e.Key) + len(n.countedValue(i, e)) + 8
 	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, size)
 	if domain != "" {
 		b = append(b, domain...)
 		b = append(b, 0)
 	}
-	for _, e := range es {
+	for i, e := range es {
+		v := n.countedValue(i, e)
 		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
 		b = append(b, ':')
 		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = strconv.AppendInt(b, int64(len(v)), 10)
 		b = append(b, ':')
-		b = append(b, e.Value...)
+		b = append(b, v...)
 	}
 	return string(b)
 }

@@ -41,6 +41,23 @@ type Descriptor struct {
 	// DetailedMetric records this rule's decisions by the request's values
 	// (bounded: see MaxDetailedValues) instead of by the rule alone.
 	DetailedMetric bool
+	// ShareThreshold, on an entry whose Value has a '*', counts every
+	// value the wildcard matches under one count (the pattern's), where
+	// each would otherwise be counted apart.
+	ShareThreshold bool
+	// ValueToMetric puts the request's value of this entry into the
+	// metric name of the rules below it, where the name would hold the
+	// wildcard pattern or the key alone (bounded: see MaxDetailedValues).
+	ValueToMetric bool
+	// QuotaMode makes this rule a quota: a request is over only when every
+	// quota it meets is over (or any ordinary limit is), so that a client
+	// may pick whichever of several quotas still has room.
+	QuotaMode bool
+	// Metadata is returned to the gateway in the response's dynamic
+	// metadata when a request passes this rule (see
+	// Config.ResponseDynamicMetadata). Values are YAML's scalars, lists
+	// and maps with string keys.
+	Metadata map[string]any
 	// Descriptors nest below this one.
 	Descriptors []Descriptor
 

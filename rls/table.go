@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
@@ -24,24 +27,35 @@ type table struct {
 	softs   []*softLimit               // never carried over: episodes start afresh
 }
 
-// entry is a tree edge: a key and a value ("" for a value-less entry).
-type entry struct{ key, value string }
-
+// wildcard is a child whose name in the tree (key_value) has a '*'.
 type wildcard struct {
-	key   string
-	parts []string // the value split on '*'
+	parts [][]byte // the name split on '*'
 	child *node
 }
 
 type node struct {
-	children  map[entry]*node
-	wildcards []wildcard
+	children  map[string]*node // by name in the tree: key, or key_value
+	wildcards []wildcard       // in the order of the file
 	limits    []*limitRule
 	unlimited bool
 	detailed  bool
 	name      string // the path below the domain: "key_value.key"
 	shared    bool   // a request's own limit, shared by every domain
 	layer     string // a domain's root: its events' layer, "rls:<domain>"
+
+	// sharing holds, per entry of a request reaching this node, the
+	// wildcard pattern counted in place of the entry's value
+	// (share_threshold), or ""; nil when no entry on the way shares.
+	sharing []string
+	// metric holds, per entry, the part of the metric name the entry
+	// gives: "" for the request's own key and value (value_to_metric);
+	// nil when no entry on the way takes the request's value.
+	metric []string
+	quota  bool
+	depth  int      // the entries a request needs to reach this node
+	parts  []string // each entry's name in the tree: key, or key_value
+	// metadata goes to the gateway when a request passes this rule.
+	metadata *structpb.Struct
 }
 
 type limitRule struct {
@@ -53,30 +67,33 @@ type limitRule struct {
 	shadow   bool
 	replaces []string
 	detailed *detailedNames // nil unless detailed_metric
+	valued   *detailedNames // nil unless value_to_metric names it
 	soft     *softLimit     // nil unless soft
 	counts   ruleCounts     // for the status page
 }
 
 // match finds the rule of a request descriptor as envoyproxy/ratelimit
-// does: level by level, an entry matches its key and value, else a
-// wildcard value, else its key alone; the rule applies only when its node
-// is reached by the descriptor's last entry.
+// does: level by level, an entry's key_value is looked up among the
+// names in the tree, then matched against the names with a wildcard (in
+// the file's order), then its key alone is looked up; the rule applies
+// only when its node is reached by the descriptor's last entry.
 func (n *node) match(es []*rlpb.RateLimitDescriptor_Entry) *node {
 	cur := n
 	count := len(es)
+	var buf [256]byte
 	for i, e := range es {
-		k, v := e.Key, e.Value
-		next := cur.children[entry{k, v}]
+		name := append(append(append(buf[:0], e.Key...), '_'), e.Value...)
+		next := cur.children[string(name)]
 		if next == nil {
 			for _, w := range cur.wildcards {
-				if w.key == k && wildcardMatch(w.parts, v) {
+				if wildcardMatch(w.parts, name) {
 					next = w.child
 					break
 				}
 			}
 		}
 		if next == nil {
-			next = cur.children[entry{k, ""}]
+			next = cur.children[e.Key]
 		}
 		if next == nil {
 			return nil
@@ -87,7 +104,7 @@ func (n *node) match(es []*rlpb.RateLimitDescriptor_Entry) *node {
 			}
 			return next
 		}
-		if len(next.children) == 0 && len(next.wildcards) == 0 {
+		if len(next.children) == 0 {
 			return nil
 		}
 		cur = next
@@ -95,20 +112,24 @@ func (n *node) match(es []*rlpb.RateLimitDescriptor_Entry) *node {
 	return nil
 }
 
-// wildcardMatch reports whether value matches a pattern split on '*', each
+// wildcardMatch reports whether name matches a pattern split on '*', each
 // '*' any run of characters (envoyproxy/ratelimit's rule), without
 // allocating.
-func wildcardMatch(parts []string, value string) bool {
+func wildcardMatch(parts [][]byte, name []byte) bool {
 	if len(parts) == 1 {
-		return parts[0] == value
+		return bytes.Equal(parts[0], name)
+	}
+	fixed := 0
+	for _, p := range parts {
+		fixed += len(p)
 	}
 	first, last := parts[0], parts[len(parts)-1]
-	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+	if len(name) < fixed || !bytes.HasPrefix(name, first) || !bytes.HasSuffix(name, last) {
 		return false
 	}
-	rest := value[len(first) : len(value)-len(last)]
+	rest := name[len(first) : len(name)-len(last)]
 	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(rest, p)
+		i := bytes.Index(rest, p)
 		if i < 0 {
 			return false
 		}
@@ -143,28 +164,32 @@ func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow b
 		if d.Key == "" {
 			return fmt.Errorf("%s: descriptor has empty key", d.path)
 		}
-		e := entry{d.Key, d.Value}
-		part := d.Key
-		if d.Value != "" {
-			part += "_" + d.Value
-		}
+		part := composite(d.Key, d.Value)
 		p := part
 		if path != "" {
 			p = path + "." + part
 		}
-		n := parent.children[e]
+		n := parent.children[part]
 		if n == nil {
 			n = &node{name: p}
 			if parent.children == nil {
-				parent.children = map[entry]*node{}
+				parent.children = map[string]*node{}
 			}
-			parent.children[e] = n
-			if strings.Contains(d.Value, "*") {
-				parent.wildcards = append(parent.wildcards, wildcard{key: d.Key, parts: strings.Split(d.Value, "*"), child: n})
+			parent.children[part] = n
+			if strings.Contains(part, "*") {
+				w := wildcard{child: n}
+				for _, s := range strings.Split(part, "*") {
+					w.parts = append(w.parts, []byte(s))
+				}
+				parent.wildcards = append(parent.wildcards, w)
 			}
 		}
 		n.unlimited = n.unlimited || d.Unlimited
 		n.detailed = n.detailed || d.DetailedMetric
+		n.quota = n.quota || d.QuotaMode
+		if err := n.fields(parent, &d); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
 		for i := range d.Limits {
 			l := &d.Limits[i]
 			if err := l.check(); err != nil {
@@ -182,6 +207,8 @@ func (t *table) add(parent *node, domain, path string, ds []Descriptor, shadow b
 			}
 			if d.DetailedMetric {
 				lr.detailed = &detailedNames{}
+			} else if n.metric != nil && l.Name == "" {
+				lr.valued = &detailedNames{}
 			}
 			if l.RequestsPerUnit > 0 {
 				id := fmt.Sprintf("%q|%q|%d|%v|%v", domain, p, len(n.limits), l.Algorithm, l.limit())
@@ -257,7 +284,11 @@ type detailedNames struct {
 	n     atomic.Int32
 }
 
-func (d *detailedNames) name(policy, values string) string {
+func (d *detailedNames) name(policy, values string) string { return d.intern(policy, values, "") }
+
+// intern returns the name of values: name, or policy.values when name is
+// "", or policy.other past MaxDetailedValues.
+func (d *detailedNames) intern(policy, values, name string) string {
 	if v, ok := d.names.Load(values); ok {
 		return v.(string)
 	}
@@ -265,7 +296,9 @@ func (d *detailedNames) name(policy, values string) string {
 		d.n.Add(-1)
 		return policy + ".other"
 	}
-	name := policy + "." + values
+	if name == "" {
+		name = policy + "." + values
+	}
 	if v, loaded := d.names.LoadOrStore(values, name); loaded {
 		d.n.Add(-1)
 		return v.(string)

@@ -72,6 +72,7 @@ type serveFlags struct {
 	redisTimeout               time.Duration
 	batch                      float64
 	pipeline                   int
+	quotaMode, dynamicMetadata bool
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -96,6 +97,8 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	boolean(&f.headers, "headers", "LOADSHED_HEADERS", false, "add the RateLimit and RateLimit-Policy fields to response_headers_to_add")
 	boolean(&f.legacyHeaders, "legacy-headers", "LOADSHED_LEGACY_HEADERS", false, "add x-ratelimit-limit, -remaining and -reset, as envoyproxy/ratelimit does")
+	boolean(&f.quotaMode, "quota-mode", "LOADSHED_QUOTA_MODE", false, "every descriptor is a quota: a request is over only when all its descriptors are (envoyproxy/ratelimit's QUOTA_MODE)")
+	boolean(&f.dynamicMetadata, "response-dynamic-metadata", "LOADSHED_RESPONSE_DYNAMIC_METADATA", false, "return the request and the passed rules' metadata in dynamic_metadata (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
 	boolean(&f.watch, "watch", "LOADSHED_WATCH", true, "reload the configuration when it changes")
 	integer := func(p *int, name, env string, def int, help string) {
 		v := def
@@ -201,6 +204,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 	cfg := rls.Config{
 		Domains: domains, RateLimitHeaders: f.headers, LegacyHeaders: f.legacyHeaders,
 		MaxDescriptors: f.maxDescriptors, Observer: shed.Observers{metrics, page}, Logger: logger, Limits: f.limits,
+		QuotaMode: f.quotaMode, ResponseDynamicMetadata: f.dynamicMetadata,
 		OnResponse: func(domain string, code pb.RateLimitResponse_Code) {
 			responses.WithLabelValues(domain, strings.ToLower(code.String())).Inc()
 		},

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -27,6 +28,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -38,6 +42,8 @@ func main() {
 	batched2Addr := flag.String("batched2", "", "a second loadshed serve in batched mode on the same Redis, for the overshoot check (optional)")
 	memoryAddr := flag.String("memory", "", "loadshed serve's gRPC address with counts in memory: the gRPC path's own bound on this machine (optional)")
 	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
+	envoyMD := flag.String("envoy-metadata", "", "envoyproxy/ratelimit's gRPC address with RESPONSE_DYNAMIC_METADATA=true, for the dynamic_metadata check (optional)")
+	loadshedMD := flag.String("loadshed-metadata", "", "loadshed serve's gRPC address with -response-dynamic-metadata (optional)")
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
 	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
@@ -56,6 +62,10 @@ func main() {
 	agree(envoy, ls, sequence(run+"u", *steps, *seed, false))
 	fmt.Printf("\n## Agreement: %d requests, seed %d, with hits_addend 0, 2 and 3\n\n", *steps, *seed)
 	agree(envoy, ls, sequence(run+"h", *steps, *seed, true))
+	if *envoyMD != "" && *loadshedMD != "" {
+		fmt.Printf("\n## Agreement of dynamic_metadata: %d requests, seed %d, hits_addend as above (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata)\n\n", *steps, *seed)
+		agreeMetadata(dial(*envoyMD), dial(*loadshedMD), sequence(run+"m", *steps, *seed, true))
+	}
 
 	if *batchedAddr != "" && *batched2Addr != "" {
 		fmt.Printf("\n## Overshoot: 300 requests on one key of 100 an hour, alternating between two instances\n\n")
@@ -130,6 +140,11 @@ func sequence(run string, n int, seed uint64, hits bool) []*pb.RateLimitRequest 
 		func() *rlpb.RateLimitDescriptor {
 			return desc("report", "monthly-"+run+"-"+strconv.Itoa(r.IntN(4)))
 		},
+		func() *rlpb.RateLimitDescriptor { return desc("files", "files/"+run+"-"+strconv.Itoa(r.IntN(5))) },
+		func() *rlpb.RateLimitDescriptor { return desc("logs", "logs/"+run+"-"+strconv.Itoa(r.IntN(3))) },
+		func() *rlpb.RateLimitDescriptor { return desc("east", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("west", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("tenant", run+"-t"+strconv.Itoa(r.IntN(3))) },
 		func() *rlpb.RateLimitDescriptor { return desc("plan", "free") },
 		func() *rlpb.RateLimitDescriptor { return desc("plan", "gold") },
 		func() *rlpb.RateLimitDescriptor { return desc("health", "x") },
@@ -140,6 +155,12 @@ func sequence(run string, n int, seed uint64, hits bool) []*pb.RateLimitRequest 
 	out := make([]*pb.RateLimitRequest, n)
 	for i := range out {
 		req := &pb.RateLimitRequest{Domain: "bench"}
+		if r.IntN(5) == 0 {
+			// Both quotas of one user: the request passes while either
+			// has room.
+			u := user()
+			req.Descriptors = append(req.Descriptors, desc("east", u), desc("west", u))
+		}
 		for range 1 + r.IntN(3) {
 			d := shapes[r.IntN(len(shapes))]()
 			if hits && r.IntN(8) == 0 {
@@ -170,9 +191,124 @@ func answers(r *pb.RateLimitResponse) (pb.RateLimitResponse_Code, []answer) {
 	return r.OverallCode, out
 }
 
+// quota reports whether a descriptor is one of the rules' quotas.
+func quota(d *rlpb.RateLimitDescriptor) bool {
+	k := d.GetEntries()[0].GetKey()
+	return len(d.Entries) == 1 && (k == "east" || k == "west")
+}
+
+// olderQuota is loadshed's answer as envoyproxy/ratelimit's versions from
+// before March 2026 give it (rls's package doc): a quota that is over
+// says OK, without duration_until_reset, and only the other descriptors
+// decide the overall code.
+func olderQuota(req *pb.RateLimitRequest, as []answer) (pb.RateLimitResponse_Code, []answer) {
+	out := slices.Clone(as)
+	code := pb.RateLimitResponse_OK
+	for i, a := range out {
+		if quota(req.Descriptors[i]) && a.code == pb.RateLimitResponse_OVER_LIMIT {
+			out[i].code, out[i].reset = pb.RateLimitResponse_OK, 0
+		}
+		if out[i].code == pb.RateLimitResponse_OVER_LIMIT {
+			code = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	return code, out
+}
+
+// sameAnswer reports whether two answers are equal, and if not whether
+// they differ only by a second of duration_until_reset: the two clocks
+// read whole seconds, and one may turn between the two calls.
+func sameAnswer(ce pb.RateLimitResponse_Code, ae []answer, cl pb.RateLimitResponse_Code, al []answer) (same, ticked bool) {
+	if ce == cl && slices.Equal(ae, al) {
+		return true, false
+	}
+	ticked = ce == cl && len(ae) == len(al)
+	for j := range ae {
+		a, b := ae[j], al[j]
+		a.reset, b.reset = 0, 0
+		ticked = ticked && a == b && abs(ae[j].reset-al[j].reset) <= 1
+	}
+	return false, ticked
+}
+
+// countKey is the count a descriptor draws on: its entries, with the
+// pattern in place of a value that shares it (files/*).
+func countKey(d *rlpb.RateLimitDescriptor) string {
+	var b strings.Builder
+	for _, e := range d.Entries {
+		v := e.Value
+		if e.Key == "files" && strings.HasPrefix(v, "files/") {
+			v = "files/*"
+		}
+		b.WriteString(e.Key + "=" + v + ";")
+	}
+	return b.String()
+}
+
+func cost(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) uint64 {
+	if d.HitsAddend != nil {
+		return d.HitsAddend.Value
+	}
+	return max(1, uint64(req.HitsAddend))
+}
+
+// documented reports whether every descriptor where the two answers differ
+// differs for one of the reasons rls's package doc states ("Differences
+// from envoyproxy/ratelimit"): limit_remaining on OVER_LIMIT is what is
+// still there, where envoyproxy/ratelimit says 0; a count that
+// envoyproxy/ratelimit ran past the limit with rejected hits (diverged)
+// answers otherwise from then on; a check (hits_addend 0) is over when
+// nothing remains.
+func documented(req *pb.RateLimitRequest, ae, al []answer, diverged map[string]bool) bool {
+	if len(ae) != len(al) {
+		return false
+	}
+	for j := range ae {
+		a, b := ae[j], al[j]
+		a.reset, b.reset = 0, 0
+		if a == b && abs(ae[j].reset-al[j].reset) <= 1 {
+			continue
+		}
+		d := req.Descriptors[j]
+		over := pb.RateLimitResponse_OVER_LIMIT
+		switch {
+		case a.code == b.code && a.limit == b.limit && a.remaining == 0 && b.remaining > 0 && cost(req, d) > 1 && abs(ae[j].reset-al[j].reset) <= 1:
+			// Over for this request's weight (in shadow mode, or a quota
+			// answered the older way, still OK): envoyproxy/ratelimit says
+			// 0 remain, loadshed what is still there.
+		case diverged[countKey(d)]:
+		case cost(req, d) == 0 && b.code == over && b.remaining == 0 && a.remaining == 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// classify says how two answers to req compare: "same", "tick" (a second
+// of duration_until_reset apart), "quota" (the same but for the older
+// quota answer), "documented" (differing for reasons the package doc
+// states), or "" (otherwise).
+func classify(req *pb.RateLimitRequest, ce pb.RateLimitResponse_Code, ae []answer, cl pb.RateLimitResponse_Code, al []answer, diverged map[string]bool) string {
+	if eq, ticked := sameAnswer(ce, ae, cl, al); eq {
+		return "same"
+	} else if ticked {
+		return "tick"
+	}
+	co, ao := olderQuota(req, al)
+	if eq, ticked := sameAnswer(ce, ae, co, ao); eq || ticked {
+		return "quota"
+	}
+	if documented(req, ae, al, diverged) || documented(req, ae, ao, diverged) {
+		return "documented"
+	}
+	return ""
+}
+
 func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 	ctx := context.Background()
-	same, tick := 0, 0
+	same, tick, older, doc := 0, 0, 0, 0
+	diverged := map[string]bool{}
 	var diffs []string
 	for i, req := range reqs {
 		re, err := envoy.ShouldRateLimit(ctx, req)
@@ -187,25 +323,37 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 		}
 		ce, ae := answers(re)
 		cl, al := answers(rl)
-		if ce == cl && slices.Equal(ae, al) {
+		kind := classify(req, ce, ae, cl, al, diverged)
+		// envoyproxy/ratelimit counts rejected hits: a count it answered
+		// over for more than one unit runs ahead of loadshed's from then on.
+		for j, a := range ae {
+			d := req.Descriptors[j]
+			// Over: OVER_LIMIT, or a quota answered OK without a reset
+			// (the older quota answer).
+			over := a.code == pb.RateLimitResponse_OVER_LIMIT || (quota(d) && a.limit > 0 && a.reset == 0)
+			if over && cost(req, d) > 1 {
+				diverged[countKey(d)] = true
+			}
+		}
+		switch kind {
+		case "same":
 			same++
 			continue
-		}
-		// The two clocks read whole seconds: a second that turns between
-		// the two calls moves duration_until_reset by one.
-		ticked := ce == cl && len(ae) == len(al)
-		for j := range ae {
-			a, b := ae[j], al[j]
-			a.reset, b.reset = 0, 0
-			ticked = ticked && a == b && abs(ae[j].reset-al[j].reset) <= 1
-		}
-		if ticked {
+		case "tick":
 			tick++
+			continue
+		case "quota":
+			older++
+			continue
+		case "documented":
+			doc++
 			continue
 		}
 		diffs = append(diffs, fmt.Sprintf("| %d | %s | %v %v | %v %v |", i, show(req), ce, ae, cl, al))
 	}
-	fmt.Printf("%d of %d requests answered the same (code, and per descriptor: code, limit_remaining, duration_until_reset, requests_per_unit); %d more differ only by a second of duration_until_reset turning between the two calls; %d differ:\n\n", same, len(reqs), tick, len(diffs))
+	fmt.Printf("%d of %d requests answered the same (code, and per descriptor: code, limit_remaining, duration_until_reset, requests_per_unit); %d more differ only by a second of duration_until_reset turning between the two calls; %d more differ only where a quota is over, answered as envoyproxy/ratelimit's versions before March 2026 answer it; %d more differ where a request weighs more than one unit or none, for the reasons rls's package doc states (limit_remaining on OVER_LIMIT, rejected hits counted, a check at the limit); %d differ otherwise:\n\n", same, len(reqs), tick, older, doc, len(diffs))
+	fmt.Printf("agreement: %.1f%% the same, %.1f%% with a turning second, %.1f%% with the older quota answer, %.1f%% with the documented differences, %.1f%% unexplained\n\n",
+		pct(same, len(reqs)), pct(same+tick, len(reqs)), pct(same+tick+older, len(reqs)), pct(same+tick+older+doc, len(reqs)), pct(len(diffs), len(reqs)))
 	if len(diffs) > 0 {
 		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
 		fmt.Println("|---|---|---|---|")
@@ -217,6 +365,74 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 			fmt.Println(d)
 		}
 	}
+}
+
+func pct(n, of int) float64 { return 100 * float64(n) / float64(max(of, 1)) }
+
+// agreeMetadata compares the responses' dynamic_metadata. Versions of
+// envoyproxy/ratelimit before April 2026 add quotaModeEnabled and
+// quotaModeViolations, which later ones dropped (rls's package doc): the
+// check sets those two aside and counts the responses that have them.
+func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
+	ctx := context.Background()
+	same, older := 0, 0
+	var diffs []string
+	for i, req := range reqs {
+		re, err := envoy.ShouldRateLimit(ctx, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "envoyproxy/ratelimit, request %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		rl, err := ls.ShouldRateLimit(ctx, req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		me, ml := proto.Clone(re.GetDynamicMetadata()).(*structpb.Struct), rl.GetDynamicMetadata()
+		if me == nil {
+			me = &structpb.Struct{}
+		}
+		_, v := me.Fields["quotaModeViolations"]
+		_, e := me.Fields["quotaModeEnabled"]
+		delete(me.Fields, "quotaModeViolations")
+		delete(me.Fields, "quotaModeEnabled")
+		je, jl := canonical(me), canonical(ml)
+		switch {
+		case je == jl && (v || e):
+			older++
+		case je == jl:
+			same++
+		default:
+			diffs = append(diffs, fmt.Sprintf("| %d | %s | %s | %s |", i, show(req), je, jl))
+		}
+	}
+	fmt.Printf("%d of %d responses carry the same dynamic_metadata; %d more the same but for quotaModeEnabled and quotaModeViolations, which envoyproxy/ratelimit's versions before April 2026 add (rls's package doc); %d differ:\n\n", same, len(reqs), older, len(diffs))
+	fmt.Printf("agreement: %.1f%% the same, %.1f%% with the older fields set aside, %.1f%% unexplained\n\n", pct(same, len(reqs)), pct(same+older, len(reqs)), pct(len(diffs), len(reqs)))
+	if len(diffs) > 0 {
+		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
+		fmt.Println("|---|---|---|---|")
+		for i, d := range diffs {
+			if i == 20 {
+				fmt.Printf("| … | %d more | | |\n", len(diffs)-20)
+				break
+			}
+			fmt.Println(d)
+		}
+	}
+}
+
+// canonical is a Struct as JSON with sorted names.
+func canonical(s *structpb.Struct) string {
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return err.Error()
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err.Error()
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
 }
 
 // overshoot sends 300 requests for one key, alternating between a and b,
