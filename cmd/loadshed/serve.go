@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/rls"
 	"github.com/loadshed/loadshed/shed"
@@ -196,7 +197,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		client := redis.NewUniversalClient(opts)
 		defer client.Close()
 		if f.pipeline > 0 {
-			defer rls.Pipeline(client, f.pipeline)()
+			defer redisx.Pipeline(client, f.pipeline)()
 		}
 		cfg.Redis = client
 		cfg.RedisStore.Timeout = f.redisTimeout
