@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // readmePrelude declares what README.md's Go blocks take as given: the
@@ -369,6 +370,73 @@ func TestProseHasNoIssuesNotesOrDatedRuns(t *testing.T) {
 		for n, line := range strings.Split(text, "\n") {
 			if m := bad.FindString(line); m != "" {
 				t.Errorf("%s:%d: %q: no issue numbers, design notes or dated runs in prose (figures go to docs/results/)", path, n+1, m)
+			}
+		}
+	}
+}
+
+// headingAnchor is the anchor GitHub gives a heading: lower case, without
+// punctuation but '-' and '_', spaces as '-'.
+func headingAnchor(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Every relative link of README.md and docs/ (results included) names a
+// file that exists and, with a fragment, a heading of that file: moving
+// text between them must not leave a link behind.
+func TestDocLinksResolve(t *testing.T) {
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("docs/results/*.md")
+	files = append(append(files, more...), "README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile(`(?m)^#+ (.*)$`)
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		a := map[string]bool{}
+		if b, err := os.ReadFile(path); err == nil {
+			for _, m := range heading.FindAllStringSubmatch(string(b), -1) {
+				a[headingAnchor(m[1])] = true
+			}
+		}
+		anchors[path] = a
+		return a
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, frag, _ := strings.Cut(target, "#")
+			full := f
+			if path != "" {
+				full = filepath.Join(filepath.Dir(f), path)
+				if _, err := os.Stat(full); err != nil {
+					t.Errorf("%s: link %q: %v", f, target, err)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(full, ".md") && !anchorsOf(full)[frag] {
+				t.Errorf("%s: link %q: %s has no such heading", f, target, full)
 			}
 		}
 	}

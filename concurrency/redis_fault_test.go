@@ -84,8 +84,8 @@ func cleared(t *testing.T, r *RedisLayer, keys ...string) {
 }
 
 // Cut replies (Redis ran the script, the client never got the answer):
-// go-redis re-sends the acquire, and no lease may be left behind (issue
-// 11, bug 1: 2-4 of 6 slots leaked in every run).
+// go-redis re-sends the acquire, and no lease may be left behind (2-4 of
+// 6 slots once leaked in every run).
 func TestRedisFaultCutRepliesLeaveNoLease(t *testing.T) {
 	for _, rst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rst=%v", rst), func(t *testing.T) {

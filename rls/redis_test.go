@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/ratelimit"
 )
 
@@ -156,7 +157,7 @@ func TestRedisPipelinedCountsExactly(t *testing.T) {
 	redistest.Client(t)
 	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	stop := Pipeline(c, 2)
+	stop := redisx.Pipeline(c, 2)
 	t.Cleanup(stop)
 	prefix := strings.NewReplacer("{", "(", "}", ")").Replace(redistest.Prefix(t))
 	d, errs := ParseEnvoyConfig("p.yaml", []byte("domain: p\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 50}\n"))

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/rls"
 	"github.com/loadshed/loadshed/shed"
@@ -230,7 +231,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		client := redis.NewUniversalClient(opts)
 		defer client.Close()
 		if f.pipeline > 0 {
-			defer rls.Pipeline(client, f.pipeline)()
+			defer redisx.Pipeline(client, f.pipeline)()
 		}
 		cfg.Redis = client
 		cfg.RedisStore.Timeout = f.redisTimeout

@@ -62,9 +62,8 @@ const rlLimit = 200
 // TRYAGAIN is no outage: while a slot migrates with a two-key script's
 // keys split, the concurrency layer retries within its timeout and then
 // decides that one request locally, and the gate its client shares stays
-// open, so that a rate limiter on another master never falls back (issue
-// 23, bug 2: the shared gate sent every key of the client to the
-// fallback).
+// open, so that a rate limiter on another master never falls back (the
+// shared gate once sent every key of the client to the fallback).
 func TestClusterTryAgainIsNoOutage(t *testing.T) {
 	cl := redistest.UseCluster(t)
 	cc, rl, rlKey, ccKey := clusterLayers(t, cl, 0)

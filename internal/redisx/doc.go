@@ -20,6 +20,9 @@
 //     Share(limit, n), n being ExpectedInstances when set, else the live
 //     instances Presence last counted in Redis. Share rounds down, so the
 //     fleet never admits more than the limit.
+//   - Pipeline: a client hook that sends concurrent decisions' scripts
+//     together, one write and one read per batch (loadshed serve's
+//     -pipeline).
 //
 // docs/redis.md tells the whole story for users.
 package redisx

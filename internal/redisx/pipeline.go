@@ -1,4 +1,4 @@
-package rls
+package redisx
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 )
 
 // Pipeline makes client send the scripts that concurrent decisions run
-// (EVALSHA and EVAL) together: each of flushers goroutines takes the first
+// (EVALSHA and EVAL) together, as a go-redis hook on the client, whichever
+// layer or service runs them: each of flushers goroutines takes the first
 // waiting script and every other one queued behind it, up to
 // maxPipelined, and sends them as one pipeline, one write and one read for
 // the batch instead of one each. Nothing waits for a batch to fill: a lone
