@@ -83,12 +83,14 @@ func TestShareThresholdSharesOneCount(t *testing.T) {
 		batch ratelimit.BatchConfig
 	}{{"redis-exact", ratelimit.BatchConfig{}}, {"redis-batched", ratelimit.BatchConfig{Fraction: 0.1}}} {
 		t.Run(mode.name, func(t *testing.T) {
+			// A generous timeout: a round trip slowed by a loaded machine
+			// must be waited for, not decided from the local share.
 			redistest.Client(t)
 			c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { c.Close() })
 			prefix := strings.NewReplacer("{", "(", "}", ")").Replace(redistest.Prefix(t))
 			s, err := New(Config{Domains: parseRules(t, "st.yaml", shareRules), Redis: c,
-				RedisStore: ratelimit.RedisConfig{Prefix: prefix, ExpectedInstances: 1, Batch: mode.batch}})
+				RedisStore: ratelimit.RedisConfig{Prefix: prefix, ExpectedInstances: 1, Batch: mode.batch, Timeout: 5 * time.Second}})
 			if err != nil {
 				t.Fatal(err)
 			}
