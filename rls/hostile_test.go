@@ -160,3 +160,18 @@ func TestLimitsCanBeRaised(t *testing.T) {
 		t.Fatalf("%d domains", len(ds))
 	}
 }
+
+// A loadshed file's limit past what Envoy's protocol holds is refused at
+// its position, not served as 2^32-1.
+func TestLoadRefusesALimitTheProtocolCannotHold(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "loadshed.yaml")
+	data := "layers:\n  - ratelimit:\n      domain: api\n      descriptors:\n        - key: key\n          rate_limit: {unit: day, requests_per_unit: 5000000000}\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	var es config.Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 6 || es[0].Column != 54 || !strings.Contains(es[0].Msg, "at most 4294967295") {
+		t.Fatalf("Load: %v, want one error at 6:54", err)
+	}
+}
