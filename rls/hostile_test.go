@@ -52,6 +52,7 @@ var hostileEnvoyFiles = []struct {
 	{"a value read as other text", "domain: d\ndescriptors:\n  - key: code\n    value: 010\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "quote it"},
 	{"a unit multiplier past a century", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 9223372036854775807, requests_per_unit: 1}\n", "unit_multiplier must be between 1 and 100"},
 	{"a negative overage_for", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, mode: soft, overage: 0.1, overage_for: -5s}\n", "overage_for must be a duration"},
+	{"a file of many short values", "domain: d\ndescriptors: [" + strings.Repeat("{key: k},", 100_000) + "]\n", "more than 200000 values"},
 	{"a file over the size limit", "domain: d\n#" + strings.Repeat("x", config.DefaultMaxBytes) + "\n", "bytes, more than the"},
 }
 
