@@ -244,6 +244,11 @@ func (p *envoyParser) errorf(path, format string, args ...any) {
 // locate returns the line and column of the value at path in file, or of
 // the nearest field above it the file has; 1:1 when there is none.
 func locate(file *ast.File, path string) (line, col int) {
+	defer func() {
+		if recover() != nil { // the YAML library's path lookup failed
+			line, col = 1, 1
+		}
+	}()
 	for at := path; at != ""; {
 		if yp, err := yaml.PathString("$." + at); err == nil {
 			if n, err := yp.FilterFile(file); err == nil && n != nil {
