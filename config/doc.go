@@ -39,6 +39,21 @@
 //
 //	loadshed.yaml:18:23: layers[0].ratelimit.descriptors[1].rate_limit.unit: unknown value "fortnight" (allowed: second, minute, hour, day)
 //
+// # Limits
+//
+// A file may come from someone else (a ConfigMap several teams edit), so
+// reading one is bounded: a file larger than Limits.MaxBytes (4 MiB),
+// nested deeper than MaxDepth (100 levels), holding more than MaxValues
+// values (200,000, each alias counted as every value it brings in) or
+// more than MaxRules rate-limit descriptors (20,000) is refused, with the
+// line and column where it passes the limit, before the work that would
+// cost memory in proportion to it: a refusal costs a few MB and a few
+// milliseconds. Options.Limits raises them. A value the field cannot hold
+// exactly (requests_per_unit: 2.5, a number where text is wanted) is an
+// error, never rounded or reformatted. Errors.Error lists at most
+// MaxErrorsShown errors and counts the rest. docs/config-limits.md gives
+// the largest realistic file measured against the defaults.
+//
 // # Reloading
 //
 // Open puts a file in service as a *Live; Live.Watch reloads it when the
@@ -48,7 +63,9 @@
 // definition did not change, and concurrency, fleet and worker layers whose
 // section did not, are carried over, so their counts go on; requests already admitted
 // release their leases to the layers that granted them, and the replaced
-// configuration is closed when its last request ends.
+// configuration is closed when its last request ends. Live.LastReload
+// reports the last reload's time and refusal, for a status page; no file,
+// and no failure of the YAML library on one, ends Watch.
 //
 // The command cmd/loadshed checks, prints and tries a file.
 package config

@@ -147,3 +147,38 @@ func TestErrorTextIsBounded(t *testing.T) {
 		t.Error("nil")
 	}
 }
+
+// FuzzParseJSON: JSON (or anything) gives a file or Errors, each error with
+// a position, a message of at most MaxErrorsShown errors and a count,
+// never a panic.
+func FuzzParseJSON(f *testing.F) {
+	f.Add([]byte(smallJSON))
+	f.Add([]byte(`{"layers": [{"ratelimit": {"descriptors": [{"key": "key", "rate_limit": {"unit": "second", "requests_per_unit": 2.5}}]}}]}`))
+	f.Add([]byte(`{"layers": [{"ratelimit": {"descriptors": ` + strings.Repeat(`[{"key": "key", "descriptors": `, 200) + "[]" + strings.Repeat("}]", 200) + "}}]}"))
+	f.Add([]byte(`{"layers": [{"concurrency": {"limit": -1, "retry_after": "-1s"}}, {"worker": {}}]}`))
+	f.Add([]byte(`[[[[{"a": "\ud800"}]]]]`))
+	f.Add([]byte(deepDescriptors(200)))
+	f.Add([]byte(aliasedDescriptors(5)))
+	opts := Options{Headroom: shed.HeadroomFunc(func() float64 { return 0.5 }), MemoryOnly: true}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("fuzz.json", data, opts)
+		if err == nil {
+			if file == nil {
+				t.Fatal("no file and no error")
+			}
+			return
+		}
+		var es Errors
+		if !errors.As(err, &es) || len(es) == 0 {
+			t.Fatalf("Parse's error is not Errors: %v", err)
+		}
+		for _, e := range es {
+			if e.Line == 0 || e.Column == 0 {
+				t.Fatalf("an error without a position: %v\n%q", e, data)
+			}
+		}
+		if lines := strings.Count(err.Error(), "\n") + 1; lines > MaxErrorsShown+1 {
+			t.Fatalf("%d lines for %d errors", lines, len(es))
+		}
+	})
+}

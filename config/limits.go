@@ -10,9 +10,10 @@ import (
 // file written by someone else (a ConfigMap several teams edit) is refused
 // with an error at its line and column rather than taking the memory of the
 // process that reads it. A zero field takes its default; a program that
-// reads larger files raises it. The defaults are far above the largest
-// realistic file (docs/config-limits.md measures one) and keep a file at
-// the limits to tens of MB.
+// reads larger files raises it. The defaults are several times the
+// largest realistic file (docs/config-limits.md measures one). A file
+// past a limit is refused in a few MB and milliseconds; one within them
+// costs what parsing it costs, a few hundred bytes of heap per value.
 type Limits struct {
 	// MaxBytes is the largest file read (default DefaultMaxBytes).
 	MaxBytes int

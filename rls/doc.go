@@ -37,6 +37,22 @@
 // under a shared pattern is named by the pattern in both. The names a rule
 // takes from requests are bounded by MaxDetailedValues.
 //
+// # Reading files
+//
+// Every file is read within config.Limits (config's defaults: 4 MiB, 100
+// levels of nesting, 200,000 values and 20,000 descriptors, aliases
+// expanded; raised by LoadLimited, Config.Limits and loadshed serve's
+// -config-max-* flags): a file past them is refused with its line and
+// column, at a cost of a few MB, so that a billion-laughs file or one
+// nested ten thousand deep cannot take the service's memory, and no file
+// can make the YAML library's panics end the process. A value a field
+// cannot hold exactly (requests_per_unit: 2.5 or 5000000000, value: 010
+// that YAML reads as the number 8) is refused at its position rather than
+// served as another. A refused reload keeps the running rules, logs one
+// line (the first twenty errors, at most 4 KB) and is reported by
+// LastReload (and by loadshed serve's loadshed_rls_last_reload_success and
+// _timestamp_seconds).
+//
 // # Answers
 //
 // Each descriptor gets a status (code, current_limit, limit_remaining,

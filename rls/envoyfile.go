@@ -220,13 +220,24 @@ type envoyParser struct {
 // errorf records an error at the value of the field path
 // ("descriptors[0].key"), or at the nearest field above it the file has.
 func (p *envoyParser) errorf(path, format string, args ...any) {
-	e := &config.Error{File: p.name, Path: path, Msg: fmt.Sprintf(format, args...), Line: 1, Column: 1}
+	e := &config.Error{File: p.name, Path: path, Msg: fmt.Sprintf(format, args...)}
+	e.Line, e.Column = locate(p.file, path)
+	p.errs = append(p.errs, e)
+}
+
+// locate returns the line and column of the value at path in file, or of
+// the nearest field above it the file has; 1:1 when there is none.
+func locate(file *ast.File, path string) (line, col int) {
+	defer func() {
+		if recover() != nil { // the YAML library's path lookup failed
+			line, col = 1, 1
+		}
+	}()
 	for at := path; at != ""; {
 		if yp, err := yaml.PathString("$." + at); err == nil {
-			if n, err := yp.FilterFile(p.file); err == nil && n != nil {
+			if n, err := yp.FilterFile(file); err == nil && n != nil {
 				if t := n.GetToken(); t != nil && t.Position != nil {
-					e.Line, e.Column = t.Position.Line, t.Position.Column
-					break
+					return t.Position.Line, t.Position.Column
 				}
 			}
 		}
@@ -236,7 +247,7 @@ func (p *envoyParser) errorf(path, format string, args ...any) {
 		}
 		at = at[:i]
 	}
-	p.errs = append(p.errs, e)
+	return 1, 1
 }
 
 func (p *envoyParser) descriptors(ys []yamlDescriptor, path string) []Descriptor {

@@ -8,6 +8,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/rls"
 )
 
@@ -47,4 +48,13 @@ descriptors:
 	// OK 1 of 2 a MINUTE
 	// OK 0 of 2 a MINUTE
 	// OVER_LIMIT 0 of 2 a MINUTE
+}
+
+// LoadLimited reads rules within limits other than the defaults: here
+// fewer descriptors than the file has, so it is refused.
+func ExampleLoadLimited() {
+	_, err := rls.LoadLimited("testdata/api.yaml", config.Limits{MaxRules: 2})
+	fmt.Println(err)
+	// Output:
+	// testdata/api.yaml:17:12: descriptors[1].descriptors[0]: the file defines more than 2 descriptors, aliases expanded (raise the limit to read it)
 }

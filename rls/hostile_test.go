@@ -52,6 +52,7 @@ var hostileEnvoyFiles = []struct {
 	{"a value read as other text", "domain: d\ndescriptors:\n  - key: code\n    value: 010\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "quote it"},
 	{"a unit multiplier past a century", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 9223372036854775807, requests_per_unit: 1}\n", "unit_multiplier must be between 1 and 100"},
 	{"a negative overage_for", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, mode: soft, overage: 0.1, overage_for: -5s}\n", "overage_for must be a duration"},
+	{"a file of many short values", "domain: d\ndescriptors: [" + strings.Repeat("{key: k},", 100_000) + "]\n", "more than 200000 values"},
 	{"a file over the size limit", "domain: d\n#" + strings.Repeat("x", config.DefaultMaxBytes) + "\n", "bytes, more than the"},
 }
 
@@ -158,5 +159,20 @@ func TestLimitsCanBeRaised(t *testing.T) {
 	}
 	if len(ds) != 1 || len(ds[0].Descriptors) != 4 {
 		t.Fatalf("%d domains", len(ds))
+	}
+}
+
+// A loadshed file's limit past what Envoy's protocol holds is refused at
+// its position, not served as 2^32-1.
+func TestLoadRefusesALimitTheProtocolCannotHold(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "loadshed.yaml")
+	data := "layers:\n  - ratelimit:\n      domain: api\n      descriptors:\n        - key: key\n          rate_limit: {unit: day, requests_per_unit: 5000000000}\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	var es config.Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 6 || es[0].Column != 54 || !strings.Contains(es[0].Msg, "at most 4294967295") {
+		t.Fatalf("Load: %v, want one error at 6:54", err)
 	}
 }

@@ -2,12 +2,14 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/yamlbound"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -48,10 +50,9 @@ func fromDescriptors(cs []config.Descriptor, dryRun bool, soft *Soft, path strin
 		d := Descriptor{Key: c.Key, Value: c.Value, ShadowMode: c.ShadowMode || dryRun, path: at}
 		if r := c.RateLimit; r != nil {
 			unit := pb.RateLimitResponse_RateLimit_Unit(pb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(r.Unit.String())])
-			rpu := r.RequestsPerUnit
-			if rpu > 1<<32-1 {
-				rpu = 1<<32 - 1
-			}
+			// Past what the protocol's field holds: tooManyPerUnit refuses
+			// it in a file; from Go, the most the field holds.
+			rpu := min(r.RequestsPerUnit, math.MaxUint32)
 			d.Limits = []Limit{{Name: c.Name, RequestsPerUnit: uint32(rpu), Unit: unit, Period: r.Unit.Period(), Algorithm: r.Algorithm, Burst: r.Burst, Soft: soft}}
 		}
 		d.Descriptors = fromDescriptors(c.Descriptors, dryRun, soft, at+".descriptors")
@@ -83,9 +84,47 @@ func LoadLimited(path string, lim config.Limits) ([]Domain, error) {
 	if err != nil {
 		return nil, err
 	}
+	if es := tooManyPerUnit(path, data, f, lim); len(es) > 0 {
+		return nil, es
+	}
 	ds := FromFile(f)
 	if len(ds) == 0 {
 		return nil, fmt.Errorf("rls: %s has no ratelimit layer: nothing to serve", path)
 	}
 	return ds, nil
+}
+
+// tooManyPerUnit refuses, at their positions, the limits of f whose
+// requests_per_unit is past what Envoy's protocol holds (2^32-1), which
+// the service would otherwise serve as that.
+func tooManyPerUnit(path string, data []byte, f *config.File, lim config.Limits) config.Errors {
+	var paths []string
+	var walk func(ds []config.Descriptor, at string)
+	walk = func(ds []config.Descriptor, at string) {
+		for i, d := range ds {
+			p := at + "[" + strconv.Itoa(i) + "]"
+			if d.RateLimit != nil && d.RateLimit.RequestsPerUnit > math.MaxUint32 {
+				paths = append(paths, p+".rate_limit.requests_per_unit")
+			}
+			walk(d.Descriptors, p+".descriptors")
+		}
+	}
+	for i, l := range f.Layers {
+		if l.RateLimit != nil {
+			walk(l.RateLimit.Descriptors, "layers["+strconv.Itoa(i)+"].ratelimit.descriptors")
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	file, err := yamlbound.Parse(data, yamlLimits(lim)) // parsed once already: within the limits
+	var es config.Errors
+	for _, p := range paths {
+		e := &config.Error{File: path, Path: p, Line: 1, Column: 1, Msg: fmt.Sprintf("the rate limit service serves at most %d requests per unit", uint32(math.MaxUint32))}
+		if err == nil {
+			e.Line, e.Column = locate(file, p)
+		}
+		es = append(es, e)
+	}
+	return es
 }

@@ -9,6 +9,7 @@ package yamlbound
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -30,9 +31,7 @@ type Limits struct {
 	MaxNodes int
 }
 
-// The defaults: far above any hand-written or generated configuration
-// (the largest realistic file measured is recorded in the packages that
-// use them), and low enough that a file at the limits costs tens of MB.
+// The defaults of a reader that sets none; config.Limits sets its own.
 const (
 	DefaultMaxBytes = 4 << 20
 	DefaultMaxDepth = 100
@@ -91,7 +90,7 @@ func Parse(data []byte, lim Limits) (*ast.File, error) {
 		line, col := lineCol(data, lim.MaxBytes)
 		return nil, &Error{Line: line, Column: col, Msg: fmt.Sprintf("the file is %d bytes, more than the %d read (raise the limit to read it)", len(data), lim.MaxBytes)}
 	}
-	if err := scanDepth(data, lim.MaxDepth); err != nil {
+	if err := scan(data, lim); err != nil {
 		return nil, err
 	}
 	f, err := parse(data)
@@ -151,8 +150,23 @@ func lineCol(data []byte, off int) (line, col int) {
 	return line, col
 }
 
-// scanDepth refuses a file whose nesting, as a scan of its bytes sees
-// it, passes max: a flow bracket ("[", "{") counts one level, and a block
+// scanDepth is scan of the nesting alone.
+func scanDepth(data []byte, max int) error {
+	return scan(data, Limits{MaxBytes: len(data), MaxDepth: max, MaxNodes: math.MaxInt})
+}
+
+// scan refuses, before the file is parsed, a file whose nesting or number
+// of entries, as a scan of its bytes sees them, passes lim. The parser
+// costs a few hundred bytes per token, and the square of the depth, so a
+// file of a million short values or of deep nesting would cost hundreds
+// of MB before the tree could be checked.
+//
+// Entries are the block entries ("- ", "key:") and the flow ones
+// ("[", "{", ",", ":"), never more than the values the tree will hold:
+// "key: value" is one entry and three values (the pair, the key, the
+// value), so a file this refuses the tree's count would refuse too.
+//
+// Nesting: a flow bracket ("[", "{") counts one level, and a block
 // entry ("- " or "key:") one for each column deeper than the entries it
 // sits in. It allocates nothing in proportion to the file and stops at the
 // first line too deep, so that a deep file costs no more than its first
@@ -160,7 +174,9 @@ func lineCol(data []byte, off int) (line, col int) {
 // a block scalar), and counts a bracket that only looks like one (in a
 // plain scalar) rather than miss one: it may see a level more than the
 // parser, never many fewer, which the exact check on the tree settles.
-func scanDepth(data []byte, max int) error {
+func scan(data []byte, lim Limits) error {
+	max := lim.MaxDepth
+	entries := 0
 	type level struct {
 		col int
 		seq bool
@@ -194,6 +210,9 @@ func scanDepth(data []byte, max int) error {
 	refuse := func(line, col int) error {
 		if len(block)+flow > max {
 			return &Error{Line: line, Column: col + 1, Msg: fmt.Sprintf("nested deeper than %d levels (raise the limit to read it)", max)}
+		}
+		if entries++; entries > lim.MaxNodes {
+			return &Error{Line: line, Column: col + 1, Msg: fmt.Sprintf("the file holds more than %d values (raise the limit to read it)", lim.MaxNodes)}
 		}
 		return nil
 	}
@@ -282,10 +301,21 @@ func scanDepth(data []byte, max int) error {
 				literal = indent
 				i = len(text)
 				continue
-			case c == ',' && flow > 0, c == '?' || c == '-':
+			case c == ',' && flow > 0:
+				if err := refuse(line, i); err != nil {
+					return err
+				}
+				start = true
+				continue
+			case c == '?' || c == '-':
 				start = true
 				continue
 			case c == ':' && (i+1 == len(text) || text[i+1] == ' ' || text[i+1] == '\r' || (flow > 0 && strings.IndexByte(",[]{}", text[i+1]) >= 0)):
+				if flow > 0 {
+					if err := refuse(line, i); err != nil {
+						return err
+					}
+				}
 				start = true
 				continue
 			}
@@ -408,4 +438,27 @@ func (w *walker) walk(n ast.Node, depth int) (cost, error) {
 	}
 	c.depth += deepest
 	return c, nil
+}
+
+// Measure returns what data holds within lim: its values and its depth,
+// aliases expanded, as Parse counts them.
+func Measure(data []byte, lim Limits) (values, depth int, err error) {
+	lim = lim.WithDefaults()
+	f, err := Parse(data, lim)
+	if err != nil {
+		return 0, 0, err
+	}
+	w := walker{lim: lim, anchors: map[string]cost{}}
+	for _, doc := range f.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		c, err := w.walk(doc.Body, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		values += c.nodes
+		depth = maxInt(depth, c.depth)
+	}
+	return values, depth, nil
 }

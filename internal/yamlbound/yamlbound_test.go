@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goccy/go-yaml/ast"
 )
 
 // laughs is a "billion laughs" over envoyproxy/ratelimit descriptors: each
@@ -121,4 +123,71 @@ func TestScanDepthIsNotLessThanTheTree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzParse: no input panics; a file Parse accepts is within the limits;
+// and the scan of the bytes never lets through a tree much deeper than
+// its limit (so that the parser never sees deep nesting).
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		laughs(3), laughs(9), "a:\n  b:\n  - c\n  - d: [e]\n  f: g\n", "- - - a\n", "a: |\n  - [ {\n  - b\nc: d\n",
+		strings.Repeat("[", 30) + strings.Repeat("]", 30), strings.Repeat(`[ "]}", '] ''}', `, 30), "{a: [b, {c: d}], e: &x [f], g: *x}",
+		"a: &x\n  b: c\nd: *x\n", "? [a]\n: b\n", "--- [a]\n--- {b: c}\n", "a: \"multi\n  line: [\"\n",
+	} {
+		f.Add([]byte(s))
+	}
+	lim := Limits{MaxBytes: 1 << 20, MaxDepth: 10, MaxNodes: 10_000}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data, lim)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Line < 1 || e.Column < 1 {
+				t.Fatalf("error without a position: %v", err)
+			}
+		} else if file == nil {
+			t.Fatal("no file and no error")
+		}
+		if scanDepth(data, lim.MaxDepth) != nil {
+			return
+		}
+		f, err := parse(data)
+		if err != nil {
+			return
+		}
+		for _, doc := range f.Docs {
+			if doc == nil || doc.Body == nil {
+				continue
+			}
+			if c := treeDepth(doc.Body); c > 4*lim.MaxDepth {
+				t.Fatalf("the scan let through a tree %d deep, limit %d:\n%q", c, lim.MaxDepth, data)
+			}
+		}
+	})
+}
+
+// treeDepth is the nesting of the tree as parsed, aliases not expanded.
+func treeDepth(n ast.Node) int {
+	switch v := n.(type) {
+	case *ast.AnchorNode:
+		return treeDepth(v.Value)
+	case *ast.TagNode:
+		return treeDepth(v.Value)
+	case *ast.MappingNode:
+		d := 0
+		for _, mv := range v.Values {
+			d = max(d, treeDepth(mv))
+		}
+		return d
+	case *ast.MappingValueNode:
+		return 1 + max(treeDepth(v.Key), treeDepth(v.Value))
+	case *ast.MappingKeyNode:
+		return treeDepth(v.Value)
+	case *ast.SequenceNode:
+		d := 0
+		for _, item := range v.Values {
+			d = max(d, treeDepth(item))
+		}
+		return 1 + d
+	}
+	return 0
 }
