@@ -415,6 +415,18 @@ func TestPageInABrowser(t *testing.T) {
 			t.Errorf("raw key %s shown", k)
 		}
 	}
+	// Clicking "live" pauses the updates; clicking again resumes them.
+	if err := chromedp.Do(browser, chromedp.Click(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	if st := read(); !strings.HasPrefix(st.Live, "paused") {
+		t.Errorf("after a click the page reads %q, want paused", st.Live)
+	}
+	if err := chromedp.Do(browser, chromedp.Click(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the updates to resume", 5*time.Second, func(st pageState) bool { return st.Live == "live" })
+
 	if errs := errorsSoFar(); len(errs) > 0 {
 		t.Errorf("the browser reported:\n%s", strings.Join(errs, "\n"))
 	}
