@@ -3,9 +3,10 @@
 # one request through the HTTP middleware and a chain of four layers with
 # no observer, with an observer that does nothing and with the page's
 # recorder (statuspage's BenchmarkRequestPath: the three in one run,
-# -count times), and one refresh of the page (BenchmarkRefresh: the JSON,
-# the part the page's script fetches each second, the whole page), summed
-# up by benchstat. About a minute on 2 cores.
+# -count times), the recorder alone (shedstatus' BenchmarkObserve), and
+# one refresh of the page (BenchmarkRefresh: the JSON, the part the page's
+# script fetches each second, the whole page), summed up by benchstat.
+# About three minutes on 2 cores with COUNT=10.
 #
 #   ./scripts/bench-status.sh
 #   COUNT=10 ./scripts/bench-status.sh
@@ -24,7 +25,7 @@ trap 'rm -f "$raw"' EXIT
   echo "machine-cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
   echo "machine-load-before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$raw"
-go test -run '^$' -bench '^(BenchmarkRequestPath|BenchmarkRefresh)$' -benchmem -count "$COUNT" ./statuspage >> "$raw"
+go test -run '^$' -bench '^(BenchmarkRequestPath|BenchmarkRefresh|BenchmarkObserve)$' -benchmem -count "$COUNT" ./statuspage ./shed/shedstatus >> "$raw"
 echo "machine-load-after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"
 
 mkdir -p docs/results
@@ -34,15 +35,17 @@ out=docs/results/status.txt
   echo "#"
   echo "# RequestPath: one request through shedhttp and four layers that admit"
   echo "# everything, on one goroutine (serial) and on every CPU (parallel):"
-  echo "# observer=none has no observer, observer=nop"
-  echo "# one that does nothing (what any observer costs: the chain times each"
-  echo "# layer, the middleware finds the route), observer=page the status page's"
+  echo "# observer=none has no observer, observer=nop one that does nothing"
+  echo "# (what any observer costs: the chain times each layer, the"
+  echo "# middleware finds the route), observer=page the status page's"
   echo "# recorder alone (it reads no latency, so the chain does not time the"
-  echo "# layers). Refresh: one request to the page, with four layers, five"
-  echo "# minutes of history, ten clients each and a full ring of rejections."
+  echo "# layers). Observe: the recorder alone, the four admissions and four"
+  echo "# releases of one request through four layers, on every CPU at once."
+  echo "# Refresh: one request to the page, with four layers, five minutes of"
+  echo "# history, ten clients each and a full ring of rejections."
   echo
   "$benchstat" -filter '.name:/^RequestPath/' -col /observer -row /mode "$raw"
   echo
-  "$benchstat" -filter '.name:/^Refresh/' "$raw"
+  "$benchstat" -filter '.name:/^(Observe|Refresh)/' "$raw"
 } > "$out"
 cat "$out"

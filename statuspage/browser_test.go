@@ -26,8 +26,11 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/loadshed/loadshed/concurrency"
+	"github.com/loadshed/loadshed/fleet"
+	"github.com/loadshed/loadshed/internal/redistest"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -115,6 +118,7 @@ type loadServer struct {
 	*httptest.Server
 	waiting atomic.Int64
 	rec     *shedstatus.Recorder
+	layers  []shed.Layer
 }
 
 func newLoadServer(t *testing.T) *loadServer {
@@ -136,7 +140,23 @@ func newLoadServer(t *testing.T) *loadServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layers := []shed.Layer{rate, inFlight, &clientsLayer{held: map[string]int64{}}, busy}
+	layers := []shed.Layer{rate, inFlight}
+	// The fleet layer needs Redis: with the test server scripts/test.sh
+	// starts, the chain has all four of the module's layers.
+	if os.Getenv(redistest.AddrEnv) != "" {
+		opts := redistest.Options(t)
+		opts.ContextTimeoutEnabled = true
+		client := redis.NewClient(opts)
+		t.Cleanup(func() { client.Close() })
+		fl, err := fleet.New(fleet.Config{Client: client, Prefix: redistest.Prefix(t),
+			Instance: "browser-test", Capacity: 1000, Interval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers = append(layers, fl)
+	}
+	layers = append(layers, &clientsLayer{held: map[string]int64{}}, busy)
+	s.layers = layers
 	s.rec, err = shedstatus.New(shedstatus.Config{Layers: layers, Every: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +185,7 @@ func newLoadServer(t *testing.T) *loadServer {
 	t.Cleanup(func() {
 		s.Close()
 		s.rec.Close()
-		chain.Close()
+		chain.Close() // the fleet layer leaves before its Redis client closes: cleanups run last first
 	})
 	return s
 }
@@ -340,8 +360,12 @@ func TestPageInABrowser(t *testing.T) {
 		t.Fatalf("loading the page: %v", err)
 	}
 	st := waitFor("the script to go live", 10*time.Second, func(st pageState) bool { return st.Live == "live" })
-	if want := []string{"ratelimit", "concurrency", "clients", "worker"}; strings.Join(st.Layers, ",") != strings.Join(want, ",") {
-		t.Fatalf("layers shown %v, want %v", st.Layers, want)
+	var names []string
+	for _, l := range srv.layers {
+		names = append(names, l.Name())
+	}
+	if len(names) < 4 || strings.Join(st.Layers, ",") != strings.Join(names, ",") {
+		t.Fatalf("layers shown %v, want %v", st.Layers, names)
 	}
 	before := st.Figures["ratelimit"]["admitted"]
 
@@ -415,6 +439,18 @@ func TestPageInABrowser(t *testing.T) {
 			t.Errorf("raw key %s shown", k)
 		}
 	}
+	// Clicking "live" pauses the updates; clicking again resumes them.
+	if err := chromedp.Do(browser, chromedp.Click(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	if st := read(); !strings.HasPrefix(st.Live, "paused") {
+		t.Errorf("after a click the page reads %q, want paused", st.Live)
+	}
+	if err := chromedp.Do(browser, chromedp.Click(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the updates to resume", 5*time.Second, func(st pageState) bool { return st.Live == "live" })
+
 	if errs := errorsSoFar(); len(errs) > 0 {
 		t.Errorf("the browser reported:\n%s", strings.Join(errs, "\n"))
 	}
