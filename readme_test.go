@@ -39,11 +39,13 @@ import (
 	"github.com/loadshed/loadshed/fleet"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedstatus"
 	"github.com/loadshed/loadshed/shedclient"
 	"github.com/loadshed/loadshed/shedgrpc"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/shedotel"
 	"github.com/loadshed/loadshed/shedprom"
+	"github.com/loadshed/loadshed/statuspage"
 	"github.com/loadshed/loadshed/worker"
 )
 
