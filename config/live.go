@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,6 +205,27 @@ func ErrorText(err error) string {
 	msg := err.Error()
 	if len(msg) <= MaxErrorText {
 		return msg
+	}
+	// Errors: as many whole errors as fit, and the count of the rest.
+	var es Errors
+	if errors.As(err, &es) && len(es) > 0 {
+		var b strings.Builder
+		shown := 0
+		for _, e := range es {
+			line := e.Error()
+			if b.Len()+len(line)+1 > MaxErrorText-32 || (shown > 0 && shown == MaxErrorsShown) {
+				break
+			}
+			if shown > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(line)
+			shown++
+		}
+		if shown > 0 {
+			b.WriteString("\nand " + strconv.Itoa(len(es)-shown) + " more errors")
+			return b.String()
+		}
 	}
 	cut := MaxErrorText
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {

@@ -3,6 +3,7 @@ package rls
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -174,5 +175,39 @@ func TestLoadRefusesALimitTheProtocolCannotHold(t *testing.T) {
 	var es config.Errors
 	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 6 || es[0].Column != 54 || !strings.Contains(es[0].Msg, "at most 4294967295") {
 		t.Fatalf("Load: %v, want one error at 6:54", err)
+	}
+}
+
+// A refused reload with thousands of errors logs one line of a few KB,
+// with the first twenty errors and the count of the rest.
+func TestRefusedReloadLogsOneBoundedLine(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte("domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 3}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	s, _ := testServer(t, Config{Domains: ds, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range 5000 {
+		fmt.Fprintf(&b, "  - {key: k%d, value: %s, rate_limit: {unit: fortnight, requests_per_unit: 3}}\n", i, strings.Repeat("v", 200))
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReloadFrom(file); err == nil {
+		t.Fatal("applied")
+	}
+	out := logs.String()
+	t.Logf("the refusal of 5,000 errors logged %d bytes", len(out))
+	if strings.Count(out, "\n") != 1 || len(out) > config.MaxErrorText+1024 {
+		t.Errorf("%d lines, %d bytes:\n%.600s", strings.Count(out, "\n"), len(out), out)
+	}
+	if !strings.Contains(out, "rules.yaml:3:") || !strings.Contains(out, " more errors") {
+		t.Errorf("the line lacks the first error's position or the count:\n%.600s", out)
 	}
 }
