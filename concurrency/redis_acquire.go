@@ -162,16 +162,16 @@ func (r *RedisLayer) run(ctx context.Context, e *redisLease, bounds []int64) ([]
 	// in progress) is retried here, within the timeout, with a backoff
 	// shorter than go-redis's (RunOnce: go-redis's own retries of TRYAGAIN
 	// start at 8ms and end a 50ms budget with a bare deadline error, which
-	// would look like an outage).
+	// would look like an outage). A retry that the budget's end cuts short
+	// reports the reply before it (redisx.Retry): the node answered, its
+	// slot is moving, which is no outage.
 	bound := r.deadlines.Bound(ctx)
 	var res []int64
-	var err error
-	for attempt := 0; ; attempt++ {
+	err := redisx.Retry(bound, func() error {
+		var err error
 		res, err = acquireScript.RunOnce(bound, r.client, e.keys, args...).Int64Slice()
-		if !redisx.Again(bound, err, attempt) {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

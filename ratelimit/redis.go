@@ -292,13 +292,11 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 	}
 	bound := r.deadlines.Bound(ctx)
 	var rep reply
-	var err error
-	for attempt := 0; ; attempt++ {
+	err := redisx.Retry(bound, func() error {
+		var err error
 		rep, err = r.call(bound, op, rk, want, takeMax)
-		if !redisx.Again(bound, err, attempt) {
-			break
-		}
-	}
+		return err
+	})
 	switch {
 	case redisx.CallerGone(ctx):
 		// Cut short by the caller's own context: says nothing about Redis.

@@ -96,17 +96,46 @@ func Again(ctx context.Context, err error, attempt int) bool {
 	}
 }
 
-// CallerGone reports whether the caller's own context has ended: cancelled,
-// or past its deadline. A round trip cut short by it says nothing about
-// Redis. The deadline is read too, since a read that timed out at the
-// caller's deadline can return before the context's timer marks it done.
-func CallerGone(ctx context.Context) bool {
+// Retry runs run, and runs it again while Again says so (a reply saying
+// the command did not run, with time left in ctx for another try). It
+// returns run's last error, except in one case: when a try after a NotRun
+// reply fails only because ctx's deadline passed (a round trip slowed past
+// the budget's end), it returns that NotRun reply instead. The node
+// answered within this budget, its slot is moving: that is no outage, and a
+// bare deadline error would read as one (IsOutage) and send every key of
+// the node to the fallback.
+func Retry(ctx context.Context, run func() error) error {
+	var notRun error
+	for attempt := 0; ; attempt++ {
+		err := run()
+		if NotRun(err) {
+			notRun = err
+		} else if err != nil && notRun != nil && deadlinePassed(ctx) {
+			var rerr redis.Error
+			if !errors.As(err, &rerr) {
+				return notRun
+			}
+		}
+		if !Again(ctx, err, attempt) {
+			return err
+		}
+	}
+}
+
+// deadlinePassed reports whether ctx has ended or its deadline is past.
+func deadlinePassed(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
 	}
 	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
 }
+
+// CallerGone reports whether the caller's own context has ended: cancelled,
+// or past its deadline. A round trip cut short by it says nothing about
+// Redis. The deadline is read too, since a read that timed out at the
+// caller's deadline can return before the context's timer marks it done.
+func CallerGone(ctx context.Context) bool { return deadlinePassed(ctx) }
 
 // Reload asks a Cluster client (any client with a ReloadState method, as
 // *redis.ClusterClient has) to reload its slot map in the background.

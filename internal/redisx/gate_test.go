@@ -136,6 +136,57 @@ func TestAgain(t *testing.T) {
 	}
 }
 
+// A retry cut short by the budget's end after a reply saying the command
+// did not run reports that reply, which is no outage; an error of the
+// first try, a dead connection and an answer are reported as they are.
+func TestRetry(t *testing.T) {
+	tryAgain := redisError("TRYAGAIN Multiple keys request during rehashing of slot")
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: context.DeadlineExceeded}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	atDeadline := func(ctx context.Context, err error) error { <-ctx.Done(); return err }
+	for _, tc := range []struct {
+		name   string
+		tries  func(ctx context.Context, try int) error
+		want   error
+		outage bool
+	}{
+		{"slow retry after TRYAGAIN", func(ctx context.Context, try int) error {
+			if try == 0 {
+				return tryAgain
+			}
+			return atDeadline(ctx, timeout)
+		}, tryAgain, false},
+		{"context error after TRYAGAIN", func(ctx context.Context, try int) error {
+			if try == 0 {
+				return tryAgain
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}, tryAgain, false},
+		{"slow first try", func(ctx context.Context, try int) error { return atDeadline(ctx, timeout) }, timeout, true},
+		{"node gone after TRYAGAIN", func(ctx context.Context, try int) error {
+			if try == 0 {
+				return tryAgain
+			}
+			return refused
+		}, refused, true},
+		{"answered after TRYAGAIN", func(ctx context.Context, try int) error {
+			if try < 2 {
+				return tryAgain
+			}
+			return nil
+		}, nil, false},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		try := 0
+		err := Retry(ctx, func() error { err := tc.tries(ctx, try); try++; return err })
+		cancel()
+		if !errors.Is(err, tc.want) || IsOutage(err) != tc.outage {
+			t.Errorf("%s: Retry = %v (outage %v), want %v (outage %v)", tc.name, err, IsOutage(err), tc.want, tc.outage)
+		}
+	}
+}
+
 type redisError string
 
 func (e redisError) Error() string { return string(e) }

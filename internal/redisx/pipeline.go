@@ -150,7 +150,12 @@ func (p *pipeliner) flush() {
 		for _, pd := range batch {
 			c := redis.NewCmd(ctx, pd.cmd.Args()...)
 			cmds = append(cmds, c)
-			_ = pipe.Process(ctx, c)
+			// NoRetry: go-redis must not re-send the batch (see the client's
+			// MaxRetries above). On a Cluster it would otherwise send a
+			// node's batch whose first reply is TRYAGAIN again whole, beside
+			// the commands already redirected by an ASK, and read two copies
+			// of a command at once; the callers retry what did not run.
+			_ = pipe.Process(ctx, onceCmd{c})
 		}
 		_, _ = pipe.Exec(ctx)
 		cancel()

@@ -11,7 +11,8 @@ import (
 //
 // Retries: go-redis re-sends a command whose connection broke before its
 // reply came (Options.MaxRetries, 3 by default), so a script run with Run
-// or RunAll may run twice for one call. Scripts run that way must be
+// may run twice for one call, and RunAll re-sends a call whose reply said
+// it did not run. Scripts run that way must be
 // idempotent: running one twice leaves the state running it once leaves
 // (concurrency acquire, release and renew; presence), and then the retry is
 // welcome, as it saves a decision from the fallback. Scripts that are not
@@ -53,32 +54,62 @@ type Call struct {
 }
 
 // RunAll runs s once for each call in one pipeline (one round trip) and
-// returns each call's command, in order. If the server lacks the script it
-// loads it and runs the pipeline once more: every script run through
+// returns each call's command, in order. The calls whose reply says the
+// script did not run (NotRun: on a Cluster, a slot migrating) are sent
+// again within ctx (see Again), as is the whole pipeline once more after
+// loading the script if the server lacked it. Every script run through
 // RunAll must be safe to run twice (see Script).
+//
+// go-redis never re-sends the pipeline's commands itself (they are
+// NoRetry), though it still follows MOVED and ASK: on a Cluster, a node's
+// batch whose first reply is TRYAGAIN would otherwise be sent again whole,
+// beside the commands of the batch already redirected by an ASK, and the
+// two copies of a command would be read by two goroutines at once.
 func (s *Script) RunAll(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 0 {
-		return cmds
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
 	}
-	for attempt := 0; ; attempt++ {
+	loaded := false
+	for attempt := 0; len(todo) > 0; attempt++ {
 		pipe := c.Pipeline()
-		for i, call := range calls {
-			cmds[i] = s.s.EvalSha(ctx, pipe, call.Keys, call.Args...)
+		for _, i := range todo {
+			cmds[i] = s.cmd(ctx, s.evalsha, calls[i].Keys, calls[i].Args)
+			_ = pipe.Process(ctx, onceCmd{cmds[i]})
 		}
 		_, _ = pipe.Exec(ctx)
+		again := todo[:0]
 		lacked := false
-		for _, cmd := range cmds {
-			if noScript(cmd) {
+		var notRun error
+		for _, i := range todo {
+			switch err := cmds[i].Err(); {
+			case noScript(cmds[i]):
 				lacked = true
-				break
+				again = append(again, i)
+			case NotRun(err):
+				notRun = err
+				again = append(again, i)
 			}
 		}
-		if !lacked || attempt == 1 || s.s.Load(ctx, c).Err() != nil {
+		todo = again
+		switch {
+		case len(todo) == 0:
+		case lacked:
+			if loaded || s.s.Load(ctx, c).Err() != nil {
+				return cmds
+			}
+			loaded = true
+		case attempt+1 >= maxRunAllTries || !Again(ctx, notRun, attempt):
 			return cmds
 		}
 	}
+	return cmds
 }
+
+// maxRunAllTries bounds RunAll's tries of a call that keeps not running
+// (a slot migrating for longer than ctx, or ctx without a deadline).
+const maxRunAllTries = 8
 
 // onceCmd is a command go-redis never re-sends: after a broken connection
 // it fails instead of running the script a second time.
