@@ -187,9 +187,13 @@
 // and queues as it did without fairness. Memory stays bounded whatever the
 // number of keys; what a client owning many keys can get is in
 // layerkit's documentation ("Fair share"). The shed level's refusals
-// (Sheds) are drawn at random within the marginal priority, whoever
-// sends. TopClients and the gauges clients_queued and fair_share (per
-// priority) show who holds the capacity.
+// within the marginal priority (the one it sheds in part) fall on the
+// clients that send the most of it: each client's requests are counted
+// over a sampler interval, in a sketch of fixed size, and over the next
+// those above a threshold are cut down to it, the threshold set so that
+// the level refuses the fraction it sheds. TopClients and the gauges
+// clients_queued and fair_share (per priority) show who holds the
+// capacity.
 //
 // # Signals
 //
