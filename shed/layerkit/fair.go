@@ -25,8 +25,10 @@ import (
 //     average at the grant, corrected by Ticket.Done with the time the
 //     slot was actually held: seat-seconds), divided by the client's
 //     weight. Capacity goes to the flow of the highest priority that has
-//     had the least; a flow that starts waiting starts level with the
-//     flow served last, so that idling earns no credit.
+//     had the least (among flows within half a grant of it, to the oldest
+//     waiter, or the newest under AdaptiveLIFO); a flow that starts
+//     waiting starts level with the flow served last, so that idling
+//     earns no credit.
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
