@@ -43,8 +43,8 @@
 // granted fewer of them. Priorities stay strict: a priority is served
 // only while none above it waits. When the queue is full, the newest
 // waiter of the client with the most waiters is refused, not a newcomer
-// with half as many or fewer. Clients even in their service (within half
-// a grant's charge of the least served) are served in the order a plain
+// with half as many or fewer. Clients even in their service (within one
+// grant's charge of the least served) are served in the order a plain
 // WaitQueue would serve them, first in first out (or newest first under
 // AdaptiveLIFO), and a service with one client is served exactly so.
 //
