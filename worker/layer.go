@@ -51,10 +51,13 @@ type Layer struct {
 	critical *layerkit.WaitQueue
 	yield    bool
 	protect  int // priorities with this Index or above are never refused
-	queue    *layerkit.WaitQueue
-	ep       layerkit.Episode
-	budget   Budget
-	grants   sync.Pool // *grant
+	// marg shares the marginal priority's refusals among clients, heaviest
+	// first (marginal.go); nil with Config.Fairness.Off.
+	marg   *marginal
+	queue  *layerkit.WaitQueue
+	ep     layerkit.Episode
+	budget Budget
+	grants sync.Pool // *grant
 
 	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
@@ -167,6 +170,9 @@ func New(cfg Config) (*Layer, error) {
 	if c.ShedCritical {
 		l.protect = shed.NumPriorities
 	}
+	if !c.Fairness.Off {
+		l.marg = newMarginal()
+	}
 	if c.learns() {
 		l.lim = newLimiter(c.Limit, c.Clock.Now())
 	}
@@ -205,13 +211,13 @@ func New(cfg Config) (*Layer, error) {
 			// newest first once the queue has stood for half a second.
 			qc.MaxLength, qc.MaxWait, qc.AdaptiveLIFO = limitQueueCap, limitQueueMaxWait, true
 		}
-		q, err := layerkit.NewWaitQueue(qc)
+		q, err := layerkit.NewFairQueue(qc, c.Fairness)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
 		}
 		l.queue = q
 		if l.lim != nil {
-			l.critical, _ = layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
+			l.critical, _ = layerkit.NewFairQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock}, c.Fairness)
 		}
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
@@ -318,6 +324,10 @@ func (l *Layer) tick() {
 		l.lim.capped.Store(saturated)
 	}
 	l.publish(level, utilization, readings)
+	if l.marg != nil {
+		v := uint32(l.state.Load())
+		l.marg.roll(float64(v%levelScale) / levelScale)
+	}
 	l.notify() // the level may have fallen
 	l.mu.Lock()
 	if !l.closed {
@@ -386,6 +396,22 @@ func (l *Layer) Sheds(p shed.Priority) bool {
 	return v != 0 && sheds(v, p) // inlined: no call while nothing is shed
 }
 
+// shedsArrival decides for a request arriving at shed level v: shed
+// outright below the marginal priority, by the client's part of the
+// marginal priority's requests within it (marginal.go).
+func (l *Layer) shedsArrival(v uint32, p shed.Priority, key string) (why, bool) {
+	lo := uint32(p.Index()) * levelScale
+	switch {
+	case v <= lo:
+		return 0, false
+	case v >= lo+levelScale:
+		return overLevel, true
+	case l.marg == nil:
+		return overMargin, rand.Uint32()%levelScale < v-lo
+	}
+	return overMargin, l.marg.refuses(key, v-lo)
+}
+
 func sheds(v uint32, p shed.Priority) bool {
 	if v == 0 {
 		return false
@@ -413,6 +439,11 @@ type grant struct {
 	state atomic.Uint32
 	prio  int
 	cost  int64
+
+	// ticket is the fair queue's record of a grant from a queue, told
+	// when the lease is released how long the slot was held; zero for a
+	// request admitted without waiting.
+	ticket layerkit.Ticket
 }
 
 // why says what a request was over.
@@ -430,12 +461,10 @@ const (
 // waits in the queue.
 func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	v := uint32(l.state.Load())
-	if v != 0 && sheds(v, req.Priority) {
-		w := overLevel
-		if lo := uint32(req.Priority.Index()) * levelScale; v < lo+levelScale {
-			w = overMargin
+	if v != 0 {
+		if w, out := l.shedsArrival(v, req.Priority, req.Key); out {
+			return l.over(ctx, req, w)
 		}
-		return l.over(ctx, req, w)
 	}
 	if l.lim != nil {
 		// Within the learnt limit, with nobody queued ahead: admitted.
@@ -635,7 +664,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 	if forCapacity {
 		l.capacityWaiters.Add(1)
 	}
-	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
+	ticket, waited, err := l.queue.WaitRequest(ctx, req, req.Deadline, take, giveBack)
 	if forCapacity {
 		l.capacityWaiters.Add(-1)
 		l.recordWait(waited)
@@ -646,8 +675,10 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 	var ls shed.Lease
 	if !l.counted {
 		ls = shed.NewLease(l)
+		ticket.Done() // nothing is counted: the lease is not released here
 	} else {
 		ls = l.timedLease(cost)
+		ls.Ref.(*grant).ticket = ticket
 	}
 	ls.Waited = waited
 	return ls, nil
@@ -662,6 +693,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 		return
 	}
 	l.inflight.Add(-lease.Cost)
+	g.ticket.Done()
 	l.grants.Put(g)
 	defer l.handOff()
 	// Only work that ran to its end says how long work takes: a dropped
@@ -766,4 +798,5 @@ func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 	if l.queue != nil {
 		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 	}
+	l.reportFairness(emit)
 }
