@@ -49,6 +49,7 @@ import (
 func main() {
 	serveIfChild()
 	burnIfNeighbour()
+	refuseIfChild()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -56,9 +57,15 @@ func main() {
 type options struct {
 	quick     bool
 	scenarios []string
-	steps     []float64
-	warmup    time.Duration // of each step, not measured
-	measure   time.Duration // of each step without a capacity change
+	// steps are the offered loads; without -steps (stepsSet), the tenant
+	// scenarios run their own (forScenario).
+	steps    []float64
+	stepsSet bool
+	warmup   time.Duration // of each step, not measured
+	measure  time.Duration // of each step without a capacity change
+	// measureSet: -step was given (otherwise the tenant scenarios measure
+	// tenantMeasure).
+	measureSet bool
 	// before, during and after are the measured phases of a step with a
 	// capacity change (drop, noisy): full capacity, less, full again.
 	before, during, after time.Duration
@@ -77,6 +84,11 @@ type options struct {
 	// serverBin, when set, is the server to run (a build of
 	// examples/server) instead of this binary.
 	serverBin string
+	// results, when set, is the directory of the generated results files
+	// (overload.md, overload.json) this run's scenarios are written into.
+	results string
+	// args are the command's arguments, for the results file.
+	args []string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -84,9 +96,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	scenarios := fs.String("scenario", scenarioCPU, "what kind of service to flood: "+strings.Join(scenarioNames, ", ")+", or all (comma-separated for several)")
-	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only, shorter steps")
-	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5)")
-	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s; -quick 1.5s)")
+	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only (tenant: 5× and 50×), shorter steps")
+	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5); tenant: the heavy client's (default 5,10,50; -quick: 5,50)")
+	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s, tenant 8s; -quick 1.5s, tenant 2s)")
 	phases := fs.String("phases", "", "drop and noisy: measured seconds at full capacity, with less, and at full capacity again (default 3s,3s,4s; -quick 1s,1.5s,2s)")
 	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "cpu, noisy: CPU each request burns on the server")
 	fs.IntVar(&o.pool, "pool", 4, "io, drop: the downstream's connections")
@@ -98,25 +110,28 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
 	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
 	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
+	fs.StringVar(&o.results, "results", "", "also write each scenario's results into this directory's overload.md and overload.json (docs/results from the repository's root), keeping the other scenarios' there")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	o.args = args
 	for _, name := range strings.Split(*scenarios, ",") {
 		name = strings.TrimSpace(name)
-		if name == "all" {
+		switch {
+		case name == "all":
 			o.scenarios = append(o.scenarios, scenarioNames...)
-			continue
+		case name == scenarioTenant:
+			o.scenarios = append(o.scenarios, tenantScenarios...)
+		case slices.Contains(scenarioNames, name):
+			o.scenarios = append(o.scenarios, name)
+		default:
+			return o, fmt.Errorf("-scenario: unknown %q (want %s, %s or all)", name, strings.Join(scenarioNames, ", "), scenarioTenant)
 		}
-		if !slices.Contains(scenarioNames, name) {
-			return o, fmt.Errorf("-scenario: unknown %q (want %s or all)", name, strings.Join(scenarioNames, ", "))
-		}
-		o.scenarios = append(o.scenarios, name)
 	}
-	switch {
-	case *steps != "":
+	if *steps != "" {
 		for _, f := range strings.Split(*steps, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 			if err != nil || v <= 0 || v > 50 {
@@ -124,11 +139,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			}
 			o.steps = append(o.steps, v)
 		}
+	}
+	o.stepsSet = len(o.steps) > 0
+	switch {
+	case o.stepsSet:
 	case o.quick:
 		o.steps = []float64{1, 5}
 	default:
 		o.steps = []float64{0.5, 1, 2, 5, 10}
 	}
+	o.measureSet = o.measure != 0
 	if o.measure == 0 {
 		o.measure = 5 * time.Second
 		if o.quick {
@@ -192,6 +212,27 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// forScenario is o as scenario sc runs it: the tenant scenarios' own steps
+// and step length, unless given.
+func (o options) forScenario(sc scenario) options {
+	if sc.tenant == nil {
+		return o
+	}
+	if !o.stepsSet {
+		o.steps = tenantSteps
+		if o.quick {
+			o.steps = []float64{5, 50}
+		}
+	}
+	if !o.measureSet {
+		o.measure = tenantMeasure
+		if o.quick {
+			o.measure = 2 * time.Second
+		}
+	}
+	return o
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseOptions(args, stderr)
 	if err != nil {
@@ -225,12 +266,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		rep.printTables(stdout)
 		rep.printFloorTable(stdout)
+		rep.printTenantTable(stdout)
 		rep.printTargets(stdout)
 		if err := rep.save(dir); err != nil {
 			fmt.Fprintln(stderr, "overload:", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nchart: %s\n       %s\ntable: %s\n", filepath.Join(dir, "overload.svg"), filepath.Join(dir, "overload.png"), filepath.Join(dir, "overload.txt"))
+		// Each scenario as it ends: an interrupted run keeps those done.
+		if o.results != "" {
+			if err := writeResults(o.results, o.args, []*report{rep}); err != nil {
+				fmt.Fprintln(stderr, "overload:", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "results: %s\n         %s\n", filepath.Join(o.results, resultsMD), filepath.Join(o.results, resultsJSON))
+		}
 	}
 	return 0
 }
@@ -242,6 +292,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	if err != nil {
 		return nil, err
 	}
+	o = o.forScenario(sc)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("-out: %w", err)
 	}
@@ -365,6 +416,24 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			sc.change.about, rep.capacityChanged, 100*rep.capacityChanged/rep.capacity, o.before, o.before+o.during, measure)
 	}
 
+	// What a refusal costs the server's CPU, measured now, on this
+	// machine as it is: the bound of every step's goodput (refusal.go).
+	rounds, length := 2, 3*time.Second
+	if o.quick {
+		rounds, length = 1, time.Second
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "server-refuser.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	rep.refusalCost, err = measureRefusalCost(ctx, pin, logf, rounds, length)
+	logf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("measuring what a refusal costs: %w", err)
+	}
+	fmt.Fprintf(stdout, "a refusal costs the server %s of CPU (net/http's least: a 503, %d a second over %d connections, the least of %d × %s); each goodput is judged against capacity × (1 − refusals/s × that)\n",
+		us(rep.refusalCost), refusalRate, refusalConns, rounds, length)
+
 	// Steps outer, set-ups inner: the set-ups compared at one load run
 	// within seconds of each other, so a machine whose other work comes and
 	// goes treats them alike.
@@ -404,9 +473,16 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	o, sc := rep.opts, rep.sc
 	bases := basesOf(servers)
 	offered := mult * rep.capacity
+	pick := pickMixed
+	if sc.tenant != nil {
+		offered, pick = sc.tenant.offered(mult, rep.capacity), sc.tenant.pick(mult)
+	}
 	maxConns := int(offered*o.timeout.Seconds()) + 64
 	c := newLoadClient(bases, sc.work, o.timeout, maxConns)
 	defer c.close()
+	if sc.tenant != nil {
+		c.keys = sc.tenant.keys()
+	}
 	if err := c.openConns(ctx, min(maxConns, int(offered*openConnsFor.Seconds()))); err != nil {
 		return step{}, err
 	}
@@ -440,7 +516,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	}
 	before := readCPUTimes(env.pin.serverCPU, pids...)
 	usage := sampleUsage(ctx, bases[0])
-	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes)
+	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
 	after := readCPUTimes(env.pin.serverCPU, pids...)
 	fleet := usage()
 	if ctx.Err() != nil {
@@ -460,7 +536,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	arr := arrivalsOf(fl.samples)
 	floorServers := sc.floorServers(kneeOf(rep.kneePoints))
 	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
-		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second))}
+		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
 	st.capacity = rep.capacity
 	critRate := offered * mix[shed.Critical]
 	criticalFitsChanged := critRate < rep.capacityChanged
@@ -484,6 +560,13 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
 	} else {
 		st.steady, st.unchanged = st.stats, st.stats
+	}
+	all := st.stats[shed.NumPriorities]
+	st.refusals = float64(all.counts[resThrottle]+all.counts[resShed]) / rep.measure.Seconds()
+	st.bound = goodputBound(st.capacity, st.refusals, rep.refusalCost)
+	if sc.tenant != nil {
+		t := summariseTenant(samples, rep.measure)
+		st.tenant = &t
 	}
 	return st, nil
 }
