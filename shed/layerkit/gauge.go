@@ -35,6 +35,12 @@ const (
 	GaugeShedLevel    = "shed_level"    // worker: how much is shed, 0 (nothing) upwards
 	GaugeShedFraction = "shed_fraction" // worker: fraction shed of a priority, 0..1 (by Priority)
 	GaugeHeadroom     = "headroom"      // worker: spare capacity, 0..1
+	// GaugeClientsQueued: clients (flows of a fair queue) waiting now, by
+	// Priority; GaugeFairShare: the part of the capacity left to a
+	// priority that one client of weight 1 gets while every waiting client
+	// asks for more, 0..1, by Priority (WaitQueue.FlowStats).
+	GaugeClientsQueued = "clients_queued"
+	GaugeFairShare     = "fair_share"
 )
 
 // GaugeReporter is implemented by layers whose state metrics show. An

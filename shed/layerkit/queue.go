@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,12 +83,20 @@ type WaitQueue struct {
 	// capacity before it loads n, so one of them always sees the other.
 	n atomic.Int64
 
+	// fair: waiters are shared out among clients (NewFairQueue); weight
+	// is Fairness.Weight.
+	fair   bool
+	weight func(shed.Request) float64
+	seed   maphash.Seed
+
 	mu        sync.Mutex
-	levels    [shed.NumPriorities]waitList // by Priority.Index, lowest first
-	busySince time.Time                    // when the queue last became non-empty (AdaptiveLIFO)
+	levels    [shed.NumPriorities]level // by Priority.Index, lowest first
+	busySince time.Time                 // when the queue last became non-empty (AdaptiveLIFO)
 }
 
-// NewWaitQueue checks cfg and returns an empty queue.
+// NewWaitQueue checks cfg and returns an empty queue that serves the
+// waiters of one priority in arrival order, whoever sent them. Layers that
+// share capacity among clients use NewFairQueue.
 func NewWaitQueue(cfg shed.QueueConfig) (*WaitQueue, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -103,6 +112,7 @@ const (
 	granted             // take succeeded: the waiter owns the capacity
 	timedOut            // MaxWait or the deadline passed
 	evicted             // displaced by a higher-priority newcomer
+	displaced           // displaced by a newcomer of a client with fewer waiters
 	abandoned           // the context ended first
 )
 
@@ -111,10 +121,18 @@ const (
 type waiter struct {
 	prev, next *waiter
 	level      int
+	flow       int // index of the flow queue in its level
 	take       func() bool
 	state      waitState
 	ready      chan struct{}
 	timer      shed.Timer
+
+	// Who asks and for how much, for the fair share (fair.go).
+	key    string
+	hash   uint64
+	units  int64
+	weight float64
+	ticket Ticket // set when granted
 }
 
 // waitList is an intrusive doubly linked list, so that a waiter leaving
@@ -169,8 +187,28 @@ func (l *waitList) remove(w *waiter) {
 // handed to the next waiter rather than lost. giveBack may be nil only when
 // take claims nothing.
 func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Time, take func() bool, giveBack func()) (time.Duration, error) {
+	_, waited, err := q.wait(ctx, shed.Request{Priority: p}, deadline, take, giveBack)
+	return waited, err
+}
+
+// WaitRequest is Wait for a queue that shares capacity among clients
+// (NewFairQueue): req says who waits (Key), at what priority, and for how
+// many units (Units). On success it returns the Ticket of the grant, which
+// the layer keeps with the lease and calls Done on when the lease is
+// released, so that the time the client held its slot is charged to it.
+// On a queue made by NewWaitQueue it is Wait, and its Ticket is the zero
+// Ticket (whose Done does nothing).
+//
+// When the queue is full, the newcomer takes the place of the newest
+// waiter of the client with the most waiters in its priority (which gets
+// ErrQueueFull) unless it is that client.
+func (q *WaitQueue) WaitRequest(ctx context.Context, req shed.Request, deadline time.Time, take func() bool, giveBack func()) (Ticket, time.Duration, error) {
+	return q.wait(ctx, req, deadline, take, giveBack)
+}
+
+func (q *WaitQueue) wait(ctx context.Context, req shed.Request, deadline time.Time, take func() bool, giveBack func()) (Ticket, time.Duration, error) {
 	if take == nil {
-		return 0, errors.New("shed: WaitQueue.Wait: take is nil")
+		return Ticket{}, 0, errors.New("shed: WaitQueue.Wait: take is nil")
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -178,11 +216,11 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 	q.mu.Lock()
 	if q.n.Load() == 0 && take() {
 		q.mu.Unlock()
-		return 0, nil
+		return Ticket{}, 0, nil
 	}
 	if err := ctx.Err(); err != nil {
 		q.mu.Unlock()
-		return 0, fmt.Errorf("shed: request gone before it queued: %w", err)
+		return Ticket{}, 0, fmt.Errorf("shed: request gone before it queued: %w", err)
 	}
 	start := q.clock.Now()
 	timeout := q.maxWait
@@ -193,18 +231,13 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 	}
 	if timeout <= 0 {
 		q.mu.Unlock()
-		return 0, ErrQueueTimeout
+		return Ticket{}, 0, ErrQueueTimeout
 	}
-	level := p.Index()
-	if q.n.Load() >= q.maxLen {
-		victim := q.victim(level, start)
-		if victim == nil {
-			q.mu.Unlock()
-			return 0, ErrQueueFull
-		}
-		q.finish(victim, evicted)
+	w := q.newWaiter(req, take)
+	if q.n.Load() >= q.maxLen && !q.makeRoom(w, start) {
+		q.mu.Unlock()
+		return Ticket{}, 0, ErrQueueFull
 	}
-	w := &waiter{level: level, take: take, ready: make(chan struct{})}
 	// The timer is set before the waiter is visible (Len), so that a test
 	// that sees it queued also sees its timer on a manual clock. It cannot
 	// fire early: expire needs mu.
@@ -222,7 +255,7 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 			// The waiter may have been the one holding up those behind it.
 			q.dispatch()
 			q.mu.Unlock()
-			return q.clock.Now().Sub(start), fmt.Errorf("shed: gave up waiting in queue: %w", ctx.Err())
+			return Ticket{}, q.clock.Now().Sub(start), fmt.Errorf("shed: gave up waiting in queue: %w", ctx.Err())
 		}
 		q.mu.Unlock()
 	}
@@ -235,14 +268,17 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 			if giveBack != nil {
 				giveBack()
 			}
+			w.ticket.Done()
 			q.Notify()
-			return waited, fmt.Errorf("shed: gave up waiting in queue: %w", err)
+			return Ticket{}, waited, fmt.Errorf("shed: gave up waiting in queue: %w", err)
 		}
-		return waited, nil
+		return w.ticket, waited, nil
 	case evicted:
-		return waited, ErrEvicted
+		return Ticket{}, waited, ErrEvicted
+	case displaced:
+		return Ticket{}, waited, ErrQueueFull
 	default:
-		return waited, ErrQueueTimeout
+		return Ticket{}, waited, ErrQueueTimeout
 	}
 }
 
@@ -289,6 +325,7 @@ func (q *WaitQueue) dispatch() {
 		if !w.take() {
 			return
 		}
+		q.charge(w)
 		q.finish(w, granted)
 	}
 }
@@ -306,45 +343,81 @@ func (q *WaitQueue) lifoNow(now time.Time) bool {
 	return now.Sub(q.busySince) > q.maxWait/2
 }
 
-// first returns the waiter to serve next: the head (or, in LIFO, the tail)
-// of the highest non-empty priority. The queue must not be empty.
+// first returns the waiter to serve next: of the highest non-empty
+// priority, the flow furthest behind in virtual time (fair.go), and of it
+// the head (or, in LIFO, the tail). The queue must not be empty.
 func (q *WaitQueue) first(lifo bool) *waiter {
 	for i := shed.NumPriorities - 1; i >= 0; i-- {
-		l := &q.levels[i]
-		if l.head == nil {
+		lv := &q.levels[i]
+		if lv.n == 0 {
 			continue
 		}
+		f := &lv.flows[lv.next()]
 		if lifo {
-			return l.tail
+			return f.list.tail
 		}
-		return l.head
+		return f.list.head
 	}
 	panic("shed: WaitQueue.first on an empty queue") // unreachable: callers check n
 }
 
 // victim returns the waiter a newcomer at level may evict from a full
 // queue: of the lowest priority below level, the one that would be served
-// last (the newest; the oldest while LIFO is in force). nil when every
-// waiter's priority is level or above. mu is held.
+// last of the client with the most waiters (the newest; the oldest while
+// LIFO is in force). nil when every waiter's priority is level or above.
+// mu is held.
 func (q *WaitQueue) victim(level int, now time.Time) *waiter {
 	for i := 0; i < level; i++ {
-		l := &q.levels[i]
-		if l.head == nil {
+		lv := &q.levels[i]
+		if lv.n == 0 {
 			continue
 		}
-		if q.lifoNow(now) {
-			return l.head
-		}
-		return l.tail
+		return q.lastOf(&lv.flows[lv.longest()], now)
 	}
 	return nil
+}
+
+// lastOf returns the waiter of f that would be served last. mu is held.
+func (q *WaitQueue) lastOf(f *flow, now time.Time) *waiter {
+	if q.lifoNow(now) {
+		return f.list.head
+	}
+	return f.list.tail
+}
+
+// makeRoom frees a place in a full queue for w, which has not joined it
+// yet: a waiter of lower priority is evicted (ErrEvicted) or, within w's
+// priority, the newest waiter of the client with the most waiters, when
+// that client has at least twice the waiters w's would (ErrQueueFull). It reports false when
+// w must be refused instead. mu is held.
+func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
+	if v := q.victim(w.level, now); v != nil {
+		q.finish(v, evicted)
+		return true
+	}
+	lv := &q.levels[w.level]
+	if !q.fair || lv.n == 0 {
+		return false
+	}
+	li := lv.longest()
+	long := &lv.flows[li]
+	fi := lv.choose(w.hash)
+	// Only for a client with at most half the longest's waiters: among
+	// flows about as long (a client spreading over many keys, or many
+	// heavy clients) the newcomer is refused, as in a queue that is not
+	// fair, rather than each displacing another's newest waiter in turn.
+	if fi == li || 2*float64(lv.flows[fi].n+1)/lv.flows[fi].weightOr(w.weight) > float64(long.n)/long.weight {
+		return false
+	}
+	q.finish(q.lastOf(long, now), displaced)
+	return true
 }
 
 func (q *WaitQueue) push(w *waiter, now time.Time) {
 	if q.n.Load() == 0 {
 		q.busySince = now
 	}
-	q.levels[w.level].pushBack(w)
+	q.levels[w.level].push(w, q.fair)
 	q.n.Add(1)
 }
 
@@ -380,7 +453,7 @@ func (q *WaitQueue) Lowest() (shed.Priority, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := 0; i < shed.NumPriorities; i++ {
-		if q.levels[i].head != nil {
+		if q.levels[i].n != 0 {
 			return shed.Priorities()[i], true
 		}
 	}

@@ -1,0 +1,427 @@
+package layerkit
+
+import (
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+)
+
+// A fair queue (NewFairQueue) shares the capacity given to one priority
+// among the clients waiting at it, max-min fairly and in bounded memory,
+// the way Kubernetes' API Priority and Fairness does:
+//
+//   - Each priority has FairQueues flows (queues). A client (the request's
+//     Key) is dealt a hand of FairHand of them from a hash of its key
+//     (shuffle-sharding), and its request joins the flow of its hand it
+//     already waits in, or else the shortest of the hand. A client
+//     therefore waits in one flow, and two clients share a flow only when
+//     every flow of one's hand is busy.
+//   - Each flow keeps the service it has had in virtual time: a grant
+//     charges it the request's units times the time a slot is held (an
+//     average at the grant, corrected by Ticket.Done with the time the
+//     slot was actually held: seat-seconds), divided by the client's
+//     weight. Capacity goes to the flow of the highest priority that has
+//     had the least; a flow that starts waiting starts level with the
+//     flow served last, so that idling earns no credit.
+//   - A full queue refuses the newest waiter of the client with the most
+//     waiters (per weight) at the newcomer's priority, not the newcomer,
+//     unless the newcomer is that client.
+//
+// A client asking less than its share is served as it asks; what it leaves
+// goes to the others. Memory and the time of a decision do not grow with
+// the number of distinct keys: a queue holds FairQueues flows per priority
+// and a bounded list of its busiest clients, whatever the keys.
+//
+// A client that owns many keys is as many clients: with k keys busy at one
+// priority it holds up to min(k, FairQueues) flows of that priority's
+// FairQueues, and a client with one key whose whole hand it occupies
+// shares a flow with it, first in, first out. A client spreading its load
+// over every flow therefore gets at most FairQueues/(FairQueues+1) of the
+// priority's capacity while one other client waits, and that client's
+// requests queue behind the many-key client's in the flow they share.
+const (
+	// FairQueues is the number of flows per priority of a fair queue.
+	FairQueues = 64
+	// FairHand is the number of flows dealt to each client.
+	FairHand = 8
+)
+
+// Fairness configures how a layer's queue shares capacity among clients.
+// The zero value is fair, every client weighing the same.
+type Fairness struct {
+	// Off serves the waiters of one priority in arrival order, whoever sent
+	// them (the queue of NewWaitQueue).
+	Off bool
+	// Weight returns a client's weight (a tier): a client of weight 2 gets
+	// twice the share of a client of weight 1 when both ask for more than
+	// their share. It is called only for requests that queue. nil, or a
+	// result that is not a positive number, weighs 1.
+	Weight func(shed.Request) float64
+}
+
+// NewFairQueue checks cfg and returns an empty queue that shares capacity
+// among clients within each priority as f says (see FairQueues). Requests
+// join it with WaitRequest; Wait queues them as one client.
+func NewFairQueue(cfg shed.QueueConfig, f Fairness) (*WaitQueue, error) {
+	q, err := NewWaitQueue(cfg)
+	if err != nil {
+		return nil, err
+	}
+	q.fair, q.weight, q.seed = !f.Off, f.Weight, maphash.MakeSeed()
+	return q, nil
+}
+
+// level is the waiters of one priority: one flow for a queue that is not
+// fair, FairQueues for one that is (allocated when the first waits).
+type level struct {
+	flows    []flow
+	nonEmpty uint64 // bit i: flows[i] has waiters
+	n        int
+	// vnow is the virtual time of the flow served last: a flow that
+	// starts waiting starts there.
+	vnow float64
+	// hold is the average time a granted unit held its slot (ns): what a
+	// grant charges before its Ticket says.
+	hold float64
+	top  topClients
+}
+
+// flow is one queue of a level.
+type flow struct {
+	list   waitList
+	n      int
+	owner  uint64  // key hash of the waiter that joined last
+	weight float64 // its weight
+	served float64 // virtual time: seat-ns served, per weight
+}
+
+// initialHold is what a grant charges per unit before any Ticket said how
+// long slots are held. Any positive value does: Done corrects it.
+const initialHold = float64(time.Millisecond)
+
+func (q *WaitQueue) newWaiter(req shed.Request, take func() bool) *waiter {
+	w := &waiter{level: req.Priority.Index(), take: take, ready: make(chan struct{}), units: req.Units(), weight: 1}
+	if q.fair {
+		w.key = req.Key
+		w.hash = maphash.String(q.seed, req.Key)
+		if q.weight != nil {
+			if x := q.weight(req); x > 0 && x <= math.MaxFloat32 {
+				w.weight = x
+			}
+		}
+	}
+	return w
+}
+
+func (lv *level) push(w *waiter, fair bool) {
+	if lv.flows == nil {
+		n := 1
+		if fair {
+			n = FairQueues
+		}
+		lv.flows = make([]flow, n)
+		lv.hold = initialHold
+	}
+	i := lv.choose(w.hash)
+	f := &lv.flows[i]
+	if f.n == 0 {
+		f.served = max(f.served, lv.vnow)
+		lv.nonEmpty |= 1 << i
+	}
+	f.list.pushBack(w)
+	f.n++
+	f.owner, f.weight = w.hash, w.weight
+	w.flow = i
+	lv.n++
+}
+
+func (lv *level) remove(w *waiter) {
+	f := &lv.flows[w.flow]
+	f.list.remove(w)
+	if f.n--; f.n == 0 {
+		lv.nonEmpty &^= 1 << w.flow
+	}
+	lv.n--
+}
+
+// choose returns the flow a waiter whose key hashes to h joins: of the
+// hand h deals, the flow it waits in already, else the shortest (the
+// first dealt among equals, so that a client alone always uses the same).
+func (lv *level) choose(h uint64) int {
+	if len(lv.flows) < FairQueues {
+		return 0
+	}
+	var hand [FairHand]int
+	best, v := -1, h
+	for i := 0; i < FairHand; i++ {
+		// The r-th card of those left in the deck, a mixed-radix digit of
+		// the hash (APF's dealer): the hand's cards are distinct.
+		left := uint64(FairQueues - i)
+		c := int(v % left)
+		v /= left
+		j := 0
+		for ; j < i && hand[j] <= c; j++ {
+			c++
+		}
+		copy(hand[j+1:i+1], hand[j:i])
+		hand[j] = c
+		f := &lv.flows[c]
+		if f.n > 0 && f.owner == h {
+			return c
+		}
+		if best < 0 || f.n < lv.flows[best].n {
+			best = c
+		}
+	}
+	return best
+}
+
+// next returns the non-empty flow served least in virtual time. The level
+// must not be empty.
+func (lv *level) next() int {
+	m := lv.nonEmpty
+	best := bits.TrailingZeros64(m)
+	for m &= m - 1; m != 0; m &= m - 1 {
+		if i := bits.TrailingZeros64(m); lv.flows[i].served < lv.flows[best].served {
+			best = i
+		}
+	}
+	return best
+}
+
+// longest returns the non-empty flow with the most waiters per weight.
+// The level must not be empty.
+func (lv *level) longest() int {
+	m := lv.nonEmpty
+	best := bits.TrailingZeros64(m)
+	for m &= m - 1; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		if float64(lv.flows[i].n)/lv.flows[i].weight > float64(lv.flows[best].n)/lv.flows[best].weight {
+			best = i
+		}
+	}
+	return best
+}
+
+// weightOr is the weight of f's waiters, or w when it has none.
+func (f *flow) weightOr(w float64) float64 {
+	if f.n == 0 {
+		return w
+	}
+	return f.weight
+}
+
+// Ticket is a grant of a fair queue, kept by the layer with the lease
+// until it is released. Its zero value (a grant that did not queue, or
+// from a queue that is not fair) does nothing.
+type Ticket struct {
+	q       *WaitQueue
+	key     string
+	hash    uint64
+	at      int64 // grant time, ns of the queue's clock
+	units   int64
+	weight  float64
+	charged float64 // seat-ns charged at the grant
+	level   int8
+	flow    int8
+}
+
+// Done tells the queue that the slot granted is free again, so that the
+// time it was held is charged to the client: a client whose requests hold
+// slots longer is served less often. Call it once, when the lease is
+// released.
+func (t Ticket) Done() {
+	q := t.q
+	if q == nil {
+		return
+	}
+	now := q.clock.Now().UnixNano()
+	held := float64(max(now-t.at, 0))
+	seat := held * float64(t.units)
+	q.mu.Lock()
+	lv := &q.levels[t.level]
+	lv.hold += (held - lv.hold) / holdSmoothing
+	lv.flows[t.flow].served += (seat - t.charged) / t.weight
+	lv.top.done(now, t.hash, seat-t.charged, t.units)
+	q.mu.Unlock()
+}
+
+// holdSmoothing is the number of grants the average hold mostly reflects.
+const holdSmoothing = 16
+
+// charge bills w's flow for the grant about to be made, as an estimate
+// that its Ticket corrects, and moves the level's virtual time to the
+// flow's. mu is held.
+func (q *WaitQueue) charge(w *waiter) {
+	if !q.fair {
+		return
+	}
+	lv := &q.levels[w.level]
+	f := &lv.flows[w.flow]
+	lv.vnow = max(lv.vnow, f.served)
+	est := lv.hold * float64(w.units)
+	f.served += est / w.weight
+	now := q.clock.Now().UnixNano()
+	lv.top.add(now, w.hash, w.key, est, w.units)
+	w.ticket = Ticket{q: q, key: w.key, hash: w.hash, at: now, units: w.units, weight: w.weight,
+		charged: est, level: int8(w.level), flow: int8(w.flow)}
+}
+
+// topClients is a Space-Saving summary of the clients served most at one
+// priority: a fixed number of entries, whatever the keys, each an upper
+// bound of a client's service (seat-ns), halved every topHalfLife so that
+// it tells who is served now.
+type topClients struct {
+	e       [topSize]topEntry
+	total   float64
+	decayed int64 // when the counts were last halved, ns
+}
+
+type topEntry struct {
+	key      string
+	hash     uint64
+	served   float64
+	inflight int64
+}
+
+const (
+	topSize     = 32
+	topHalfLife = 10 * time.Second
+)
+
+func (t *topClients) decay(now int64) {
+	if t.decayed == 0 {
+		t.decayed = now
+		return
+	}
+	k := (now - t.decayed) / int64(topHalfLife)
+	if k <= 0 {
+		return
+	}
+	t.decayed += k * int64(topHalfLife)
+	f := math.Ldexp(1, -int(min(k, 1000)))
+	t.total *= f
+	for i := range t.e {
+		t.e[i].served *= f
+	}
+}
+
+func (t *topClients) add(now int64, h uint64, key string, cost float64, units int64) {
+	t.decay(now)
+	t.total += cost
+	low := 0
+	for i := range t.e {
+		e := &t.e[i]
+		if e.hash == h && e.key == key {
+			e.served += cost
+			e.inflight += units
+			return
+		}
+		if e.served < t.e[low].served {
+			low = i
+		}
+	}
+	// Space-Saving: the newcomer takes the least-served entry's place and
+	// count, an upper bound of what it had.
+	e := &t.e[low]
+	*e = topEntry{key: key, hash: h, served: e.served + cost, inflight: units}
+}
+
+func (t *topClients) done(now int64, h uint64, cost float64, units int64) {
+	t.decay(now)
+	t.total = max(t.total+cost, 0)
+	for i := range t.e {
+		if e := &t.e[i]; e.hash == h && e.served > 0 {
+			e.served = max(e.served+cost, 0)
+			e.inflight = max(e.inflight-units, 0)
+			return
+		}
+	}
+}
+
+// FlowStats returns, for priority p, how many clients (flows) wait now and
+// the fair share: the part of the capacity given to p that a client of
+// weight 1 gets while they all ask for more than it (1 when none waits).
+// It takes the queue's lock: for gauges, not for the request path.
+func (q *WaitQueue) FlowStats(p shed.Priority) (clients int, share float64) {
+	if q == nil {
+		return 0, 1
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	lv := &q.levels[p.Index()]
+	sum := 0.0
+	for m := lv.nonEmpty; m != 0; m &= m - 1 {
+		sum += lv.flows[bits.TrailingZeros64(m)].weight
+		clients++
+	}
+	if clients == 0 {
+		return 0, 1
+	}
+	return clients, 1 / max(sum, 1e-9)
+}
+
+// TopClients returns at most n clients with the largest shares of the
+// capacity the queues served through their grants recently (what was
+// granted at once, with nobody waiting, is not counted), largest first.
+// Shares are of the queues' service together. It is for a layer's
+// ClientReporter: bounded work, under each queue's lock in turn.
+func TopClients(n int, queues ...*WaitQueue) []ClientShare {
+	var (
+		out   []ClientShare
+		total float64
+	)
+	for _, q := range queues {
+		if q == nil || !q.fair {
+			continue
+		}
+		now := q.clock.Now().UnixNano()
+		q.mu.Lock()
+		for li := range q.levels {
+			lv := &q.levels[li]
+			lv.top.decay(now)
+			total += lv.top.total
+			for _, e := range lv.top.e {
+				if e.served <= 0 && e.inflight == 0 {
+					continue
+				}
+				queued := 0
+				for m := lv.nonEmpty; m != 0; m &= m - 1 {
+					if f := &lv.flows[bits.TrailingZeros64(m)]; f.owner == e.hash {
+						queued += f.n
+					}
+				}
+				out = append(out, ClientShare{Key: e.key, Priority: shed.Priorities()[li],
+					InFlight: e.inflight, Queued: queued, Share: e.served})
+			}
+		}
+		q.mu.Unlock()
+	}
+	for i := range out {
+		if total > 0 {
+			out[i].Share = min(out[i].Share/total, 1)
+		} else {
+			out[i].Share = 0
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ClientShare) int {
+		switch {
+		case a.Share > b.Share:
+			return -1
+		case a.Share < b.Share:
+			return 1
+		}
+		return 0
+	})
+	if n < 0 {
+		n = 0
+	}
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

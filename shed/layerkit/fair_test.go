@@ -1,0 +1,330 @@
+package layerkit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedtest"
+)
+
+// simClient is one client of the simulated service: its key, priority,
+// the requests it offers per second and how long each holds a slot.
+type simClient struct {
+	key     string
+	prio    shed.Priority
+	rate    float64
+	service time.Duration
+	weight  float64
+	// active says whether the client sends at time t (since the start);
+	// nil: always.
+	active func(t time.Duration) bool
+
+	acc               float64
+	offered, served   int
+	refused, inWindow int
+	errs              map[string]int
+}
+
+// fairSim runs clients against a fair queue in front of slots slots on a
+// manual clock, in steps of 1ms, for d, and counts each client's grants
+// after warm (the window).
+type fairSim struct {
+	t       *testing.T
+	q       *WaitQueue
+	clock   *shedtest.Clock
+	slots   int64
+	inUse   atomic.Int64
+	clients []*simClient
+	keyOf   func(c *simClient, n int) string // nil: c.key
+	// mix interleaves the clients' arrivals within each step at random
+	// (else in the order of clients, the first ahead).
+	mix *rand.Rand
+
+	spawned, received int
+	counting          bool
+	results           chan simResult
+	held              []simHold
+}
+
+type simResult struct {
+	c   *simClient
+	t   Ticket
+	err error
+}
+
+type simHold struct {
+	c     *simClient
+	t     Ticket
+	until time.Time
+}
+
+func newFairSim(t *testing.T, slots int64, f Fairness, clients ...*simClient) *fairSim {
+	t.Helper()
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 200, MaxWait: 250 * time.Millisecond, Clock: clock}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fairSim{t: t, q: q, clock: clock, slots: slots, clients: clients, results: make(chan simResult, 1<<16)}
+}
+
+// settle collects the answers of every waiter that left the queue.
+func (s *fairSim) settle() {
+	for s.spawned != s.q.Len()+s.received {
+		select {
+		case r := <-s.results:
+			s.received++
+			if r.err != nil {
+				r.c.refused++
+				if r.c.errs == nil {
+					r.c.errs = map[string]int{}
+				}
+				r.c.errs[r.err.Error()]++
+				continue
+			}
+			if s.counting {
+				r.c.served++
+			}
+			s.held = append(s.held, simHold{c: r.c, t: r.t, until: s.clock.Now().Add(r.c.service)})
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+func (s *fairSim) run(d, warm time.Duration) {
+	const step = time.Millisecond
+	start := s.clock.Now()
+	take := func() bool {
+		for {
+			n := s.inUse.Load()
+			if n >= s.slots {
+				return false
+			}
+			if s.inUse.CompareAndSwap(n, n+1) {
+				return true
+			}
+		}
+	}
+	giveBack := func() { s.inUse.Add(-1) }
+	for el := time.Duration(0); el < d; el += step {
+		counting := el >= warm
+		s.counting = counting
+		order := s.clients
+		if s.mix != nil {
+			order = slices.Clone(order)
+			s.mix.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		for _, c := range order {
+			if c.active != nil && !c.active(el) {
+				continue
+			}
+			c.acc += c.rate * step.Seconds()
+			for ; c.acc >= 1; c.acc-- {
+				if counting {
+					c.offered++
+				}
+				key := c.key
+				if s.keyOf != nil {
+					key = s.keyOf(c, s.spawned)
+				}
+				req := shed.Request{Key: key, Priority: c.prio}
+				s.spawned++
+				c := c
+				go func() {
+					t, _, err := s.q.WaitRequest(context.Background(), req, time.Time{}, take, giveBack)
+					s.results <- simResult{c: c, t: t, err: err}
+				}()
+				s.settle()
+			}
+		}
+		s.settle()
+		s.clock.Advance(step)
+		now := s.clock.Now()
+		kept := s.held[:0]
+		for _, h := range s.held {
+			if now.Before(h.until) {
+				kept = append(kept, h)
+				continue
+			}
+			s.inUse.Add(-1)
+			h.t.Done()
+			s.q.Notify()
+		}
+		s.held = kept
+		s.settle()
+	}
+	_ = start
+}
+
+// rate returns c's served requests per second over the window.
+func rate(c *simClient, window time.Duration) float64 { return float64(c.served) / window.Seconds() }
+
+func TestFairMaxMinShares(t *testing.T) {
+	// 10 slots of 10ms: 1000 requests a second. A asks 100, B 400, C 2000:
+	// max-min gives A 100, B 400, C the 500 left.
+	a := &simClient{key: "a", prio: shed.Default, rate: 100, service: 10 * time.Millisecond}
+	b := &simClient{key: "b", prio: shed.Default, rate: 400, service: 10 * time.Millisecond}
+	c := &simClient{key: "c", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, c, b, a)
+	s.run(4*time.Second, time.Second)
+	w := 3 * time.Second
+	t.Logf("served/s: a %.0f (of %d offered), b %.0f (of %d), c %.0f (of %d)", rate(a, w), a.offered, rate(b, w), b.offered, rate(c, w), c.offered)
+	if a.served < a.offered*999/1000 || b.served < b.offered*99/100 {
+		t.Fatalf("light clients not served as they ask: a %d/%d, b %d/%d", a.served, a.offered, b.served, b.offered)
+	}
+	if r := rate(c, w); r < 470 || r > 520 {
+		t.Fatalf("heavy client served %.0f/s, want what the others leave (about 500/s)", r)
+	}
+}
+
+func TestFairUnfairQueueServesInArrivalOrder(t *testing.T) {
+	// The same load through a queue that is not fair: the light client is
+	// refused as often as the heavy one, which is what fairness fixes.
+	a := &simClient{key: "a", prio: shed.Default, rate: 100, service: 10 * time.Millisecond}
+	c := &simClient{key: "c", prio: shed.Default, rate: 5000, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{Off: true}, c, a)
+	s.run(3*time.Second, time.Second)
+	if a.served > a.offered*9/10 {
+		t.Fatalf("without fairness the light client got %d of %d: the simulation does not overload", a.served, a.offered)
+	}
+}
+
+func TestFairWeights(t *testing.T) {
+	b := &simClient{key: "b", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	c := &simClient{key: "c", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	f := Fairness{Weight: func(r shed.Request) float64 {
+		if r.Key == "c" {
+			return 3
+		}
+		return 0 // counts as 1
+	}}
+	s := newFairSim(t, 10, f, b, c)
+	s.run(4*time.Second, time.Second)
+	w := 3 * time.Second
+	rb, rc := rate(b, w), rate(c, w)
+	t.Logf("served/s: b %.0f, c (weight 3) %.0f", rb, rc)
+	if math.Abs(rc/rb-3) > 0.3 || rb+rc < 950 {
+		t.Fatalf("b %.0f/s, c %.0f/s: want 1:3 of 1000/s", rb, rc)
+	}
+}
+
+func TestFairCostAware(t *testing.T) {
+	// A's requests hold a slot 4 times as long as B's: each gets half of
+	// the slot-time, so A is granted a quarter as many requests.
+	a := &simClient{key: "a", prio: shed.Default, rate: 2000, service: 40 * time.Millisecond}
+	b := &simClient{key: "b", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, a, b)
+	s.run(5*time.Second, 2*time.Second)
+	w := 3 * time.Second
+	ra, rb := rate(a, w), rate(b, w)
+	slotA := ra * 0.04 // slots a holds on average
+	slotB := rb * 0.01
+	t.Logf("served/s: a (40ms) %.0f holding %.1f slots, b (10ms) %.0f holding %.1f", ra, slotA, rb, slotB)
+	if slotA > 5.5 || slotB < 4.5 {
+		t.Fatalf("a holds %.1f of 10 slots, b %.1f: want half each", slotA, slotB)
+	}
+}
+
+func TestFairClientLeavesAndComesBack(t *testing.T) {
+	a := &simClient{key: "a", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	var bWindow int
+	b := &simClient{key: "b", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond,
+		// away from 1s to 3s, back at 3s
+		active: func(t time.Duration) bool { return t < time.Second || t >= 3*time.Second }}
+	s := newFairSim(t, 10, Fairness{}, a, b)
+	s.run(3*time.Second, 0)
+	aAlone := a.served
+	bWindow = b.served
+	t.Logf("first 3s: a %d, b %d", aAlone, bWindow)
+	if aAlone < 2000 {
+		t.Fatalf("a served %d in 3s, b away for 2 of them: want most of the capacity", aAlone)
+	}
+	// b comes back: within the next second both get about half, b
+	// neither starved nor owed a burst for the time it was away.
+	a.served, b.served = 0, 0
+	s.run(time.Second, 0)
+	t.Logf("second after b came back: a %d, b %d", a.served, b.served)
+	if b.served < 420 || a.served < 420 {
+		t.Fatalf("after b came back: a %d, b %d in 1s, want about 500 each", a.served, b.served)
+	}
+}
+
+func TestFairPrioritiesStayStrict(t *testing.T) {
+	// Critical demand takes half the capacity; the default client gets the
+	// rest, neither more nor starved.
+	crit := &simClient{key: "x", prio: shed.Critical, rate: 500, service: 10 * time.Millisecond}
+	def := &simClient{key: "y", prio: shed.Default, rate: 3000, service: 10 * time.Millisecond}
+	light := &simClient{key: "z", prio: shed.Default, rate: 20, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, def, crit, light)
+	s.run(4*time.Second, time.Second)
+	w := 3 * time.Second
+	t.Logf("served/s: critical %.0f of %d, default heavy %.0f, default light %.0f of %d", rate(crit, w), crit.offered, rate(def, w), rate(light, w), light.offered)
+	if crit.served < crit.offered*999/1000 {
+		t.Fatalf("critical served %d of %d", crit.served, crit.offered)
+	}
+	if light.served < light.offered*999/1000 {
+		t.Fatalf("light default client served %d of %d", light.served, light.offered)
+	}
+	if r := rate(def, w); r < 450 {
+		t.Fatalf("heavy default client served %.0f/s, want what critical leaves (about 480/s)", r)
+	}
+}
+
+func TestFairManyKeysBoundedMemory(t *testing.T) {
+	// A client sending a new key with every request is as many clients,
+	// each asking once: the queue's memory does not grow with the keys,
+	// and a light client among them is served as in a queue that is not
+	// fair, in proportion to the arrivals, rather than not at all.
+	light := &simClient{key: "light", prio: shed.Default, rate: 10, service: 10 * time.Millisecond}
+	flood := &simClient{key: "flood", prio: shed.Default, rate: 4800, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, flood, light)
+	s.mix = rand.New(rand.NewPCG(1, 2))
+	s.keyOf = func(c *simClient, n int) string {
+		if c == flood {
+			return fmt.Sprintf("k%d", n)
+		}
+		return c.key
+	}
+	s.run(3*time.Second, time.Second)
+	lv := &s.q.levels[shed.Default.Index()]
+	if len(lv.flows) != FairQueues {
+		t.Fatalf("%d flows, want %d whatever the keys", len(lv.flows), FairQueues)
+	}
+	got := float64(light.served) / float64(light.offered)
+	all := float64(light.served+flood.served) / float64(light.offered+flood.offered)
+	t.Logf("light served %.1f%% against %d distinct keys, all clients %.1f%% (refused: %v)", 100*got, flood.offered, 100*all, light.errs)
+	// Every slot still goes to somebody.
+	if r := float64(light.served+flood.served) / 2; r < 950 {
+		t.Fatalf("served %.0f/s of 1000/s", r)
+	}
+	if n := len(s.q.levels[shed.Default.Index()].top.e); n != topSize {
+		t.Fatalf("top clients hold %d entries, want %d whatever the keys", n, topSize)
+	}
+}
+
+func TestFairTopClients(t *testing.T) {
+	a := &simClient{key: "a", prio: shed.Default, rate: 100, service: 10 * time.Millisecond}
+	c := &simClient{key: "c", prio: shed.Default, rate: 2000, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, a, c)
+	s.run(2*time.Second, 0)
+	top := TopClients(5, s.q)
+	if len(top) != 2 || top[0].Key != "c" || top[1].Key != "a" {
+		t.Fatalf("top clients %+v, want c then a", top)
+	}
+	if top[0].Share < 0.8 || top[0].Queued == 0 || top[0].Priority != shed.Default {
+		t.Fatalf("top client %+v: want about 0.9 of the service, requests queued", top[0])
+	}
+	n, share := s.q.FlowStats(shed.Default)
+	if n < 1 || share <= 0 || share > 1 {
+		t.Fatalf("FlowStats: %d clients, share %v", n, share)
+	}
+}
