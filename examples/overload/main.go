@@ -9,9 +9,11 @@
 //	go run ./examples/overload -scenario drop           # the downstream slows to a third mid-flood, then recovers
 //	go run ./examples/overload -scenario noisy          # another process takes part of the server's CPU mid-flood
 //	go run ./examples/overload -scenario mixed          # handlers waiting on a downstream pool, then burning CPU
-//	go run ./examples/overload -scenario all            # the five, one after the other
+//	go run ./examples/overload -scenario tenant         # one API key flooding against 50 light ones (tenant-io, tenant-cpu, tenant-critical)
+//	go run ./examples/overload -scenario all            # every scenario, one after the other
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
+//	go run ./examples/overload -scenario tenant -results docs/results   # and write docs/results/overload.{md,json}
 //
 // It starts the server as a process of its own with one CPU's worth of Go
 // scheduler (GOMAXPROCS=1), pinned with taskset to one CPU while the load
@@ -24,6 +26,40 @@
 // loadshed's targets (saying when the machine was too busy for a step's
 // figures to be trusted), and draws goodput by priority against offered
 // load (SVG and PNG, in -out). docs/overload.md has the details.
+//
+// Refusing costs the server CPU whatever decides to refuse: reading the
+// request and answering it. Each scenario measures what one refusal costs
+// (a server pinned as the example server is, whose handler only writes a
+// 503, refusing 4,400 requests a second), and judges each step's goodput
+// against the bound its refusals leave: capacity × (1 − refusals per
+// second × that cost), printed beside it.
+//
+// The tenant scenarios ask whether one client's flood takes everyone
+// else's share. One API key (X-API-Key: heavy) offers 5×, 10× and 50× the
+// capacity; 50 others (light-01 to light-50) together offer 0.1× of it,
+// each far below its fair share; every request is GET /v1/charges, the
+// arrivals Poisson, the timeout 1 s, each step 8 s measured. tenant-io
+// runs them against 4 downstream connections of 40 ms, tenant-cpu
+// against 10 ms of CPU a request (both about 100 requests a second, so
+// that 50× is a pace the load generator keeps), and tenant-critical as
+// tenant-io with a tenth of every client's requests critical (POST
+// /v1/charges): from 10× on the heavy client's critical requests alone
+// fill the capacity. The floor there is strict priority with max-min
+// fairness within each priority, simulated on the same arrivals: the
+// client owed the most within the highest priority waiting is served
+// next (start-time fair queuing, each request costing the same), so
+// every light request is served at about the unloaded latency and the
+// heavy client gets all that the light ones leave; in the other scenarios,
+// whose 64 keys ask alike, the floor treats every request as one client's.
+// The targets there: the light clients served at least 99.9% and their p99
+// within 1.5× the floor's, at each priority whose light requests the
+// floor serves in full, and goodput at least 95% of the bound; the run
+// prints the light clients' figures, the heavy client's share and the
+// floor's.
+//
+// With -results DIR the run also writes each scenario's full table and
+// figures into DIR/overload.md and DIR/overload.json (date, machine,
+// commit, command), keeping the scenarios it did not run.
 package main
 
 import (
