@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -300,5 +301,35 @@ func TestScenarioTenantRunsTheThree(t *testing.T) {
 	sc, _ = newScenario(scenarioCPU, o)
 	if got := o.forScenario(sc); !slices.Equal(got.steps, o.steps) || sc.tenant != nil {
 		t.Errorf("cpu: steps %v", got.steps)
+	}
+}
+
+// The refusing server is this binary again (TestMain): what one refusal
+// costs it is measured from /proc.
+func TestRefusalCostIsMeasured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and refuses requests for about a second")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A file, as in a run: the child's output and startChild write to it
+	// at once.
+	log, err := os.Create(filepath.Join(t.TempDir(), "refuser.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cost, err := measureRefusalCost(ctx, pinning{}, log, 1, 500*time.Millisecond)
+	if err != nil {
+		b, _ := os.ReadFile(log.Name())
+		t.Fatalf("%v (server log: %s)", err, b)
+	}
+	// A net/http server spends some microseconds of CPU on a request it
+	// refuses: never nothing, never a millisecond.
+	if cost < 500*time.Nanosecond || cost > time.Millisecond {
+		t.Errorf("a refusal costs %s", cost)
 	}
 }
