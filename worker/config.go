@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // DefaultName is the layer's name unless Config.Name says otherwise.
@@ -130,6 +131,14 @@ type Config struct {
 	// in flight, whatever its bottleneck, admits that much and queues the
 	// rest by priority (see LimitConfig).
 	Limit LimitConfig
+
+	// Fairness says how the queues share capacity among clients (the
+	// request's Key) within each priority: by default max-min fairly,
+	// every client weighing the same, so that one client's flood takes no
+	// other client's share (see the package documentation, "Fair share").
+	// Fairness.Weight gives clients weights (tiers); Fairness.Off serves
+	// the waiters of a priority in arrival order, whoever sent them.
+	Fairness layerkit.Fairness
 
 	// Signals are extra signals, sampled with the built-in ones.
 	Signals []Signal

@@ -205,13 +205,13 @@ func New(cfg Config) (*Layer, error) {
 			// newest first once the queue has stood for half a second.
 			qc.MaxLength, qc.MaxWait, qc.AdaptiveLIFO = limitQueueCap, limitQueueMaxWait, true
 		}
-		q, err := layerkit.NewWaitQueue(qc)
+		q, err := layerkit.NewFairQueue(qc, c.Fairness)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.Enforcement.Queue: %w", err)
 		}
 		l.queue = q
 		if l.lim != nil {
-			l.critical, _ = layerkit.NewWaitQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock})
+			l.critical, _ = layerkit.NewFairQueue(shed.QueueConfig{MaxLength: limitQueueCap, MaxWait: limitQueueMaxWait, Clock: qc.Clock}, c.Fairness)
 		}
 		target := float64(c.QueueDelayTarget)
 		maxLen := float64(qc.MaxLength)
@@ -411,6 +411,11 @@ type grant struct {
 	state atomic.Uint32
 	prio  int
 	cost  int64
+
+	// ticket is the fair queue's record of a grant from a queue, told
+	// when the lease is released how long the slot was held; zero for a
+	// request admitted without waiting.
+	ticket layerkit.Ticket
 }
 
 // why says what a request was over.
@@ -633,7 +638,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 	if forCapacity {
 		l.capacityWaiters.Add(1)
 	}
-	waited, err := l.queue.Wait(ctx, p, req.Deadline, take, giveBack)
+	ticket, waited, err := l.queue.WaitRequest(ctx, req, req.Deadline, take, giveBack)
 	if forCapacity {
 		l.capacityWaiters.Add(-1)
 		l.recordWait(waited)
@@ -644,8 +649,10 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, forCapac
 	var ls shed.Lease
 	if !l.counted {
 		ls = shed.NewLease(l)
+		ticket.Done() // nothing is counted: the lease is not released here
 	} else {
 		ls = l.timedLease(cost)
+		ls.Ref.(*grant).ticket = ticket
 	}
 	ls.Waited = waited
 	return ls, nil
@@ -660,6 +667,7 @@ func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 		return
 	}
 	l.inflight.Add(-lease.Cost)
+	g.ticket.Done()
 	l.grants.Put(g)
 	defer l.handOff()
 	// Only work that ran to its end says how long work takes: a dropped
@@ -764,4 +772,5 @@ func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 	if l.queue != nil {
 		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
 	}
+	l.reportFairness(emit)
 }

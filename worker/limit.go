@@ -529,7 +529,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		take = func() bool { return !l.awaitingHandoff() && l.takeWithin(cost, l.lim.Limit()) }
 	} else {
 		length, wait = l.lim.queueBounds()
-		if int64(q.Len()) >= length && !q.Evict(p) {
+		if int64(q.Len()) >= length && !q.MakeRoom(req) {
 			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
 		}
 	}
@@ -542,7 +542,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		l.notify() // the other queue may take it
 	}
 	l.capacityWaiters.Add(1)
-	waited, err := q.Wait(ctx, p, deadline, take, giveBack)
+	ticket, waited, err := q.WaitRequest(ctx, req, deadline, take, giveBack)
 	l.capacityWaiters.Add(-1)
 	l.recordWait(waited)
 	if err != nil {
@@ -550,6 +550,7 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	}
 	l.yieldIfBusy()
 	ls := l.timedLease(cost)
+	ls.Ref.(*grant).ticket = ticket
 	ls.Waited = waited
 	return ls, nil
 }

@@ -36,6 +36,8 @@ func (l reportingLayer) ReportGauges(emit func(layerkit.Gauge)) {
 		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeUsage, Priority: p, Value: 5})
 		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeCeiling, Priority: p, Value: 50})
 		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeShedFraction, Priority: p, Value: 0.5})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeClientsQueued, Priority: p, Value: 4})
+		emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeFairShare, Priority: p, Value: 0.25})
 	}
 	emit(layerkit.Gauge{Layer: n, Name: layerkit.GaugeInstances, Value: 2})
 	for _, s := range []string{"cpu", "sched_latency", "queue_delay"} {

@@ -102,6 +102,8 @@ var Gauges = []Metric{
 	gauge(layerkit.GaugeShedLevel, "", byLayer, "How much the worker layer sheds: 0 nothing, higher levels shed higher priorities."),
 	gauge(layerkit.GaugeShedFraction, "1", byLayerPriority, "Fraction of a priority's requests the worker layer sheds, 0 to 1."),
 	gauge(layerkit.GaugeHeadroom, "1", byLayer, "Spare capacity the worker layer sees, 0 to 1."),
+	gauge(layerkit.GaugeClientsQueued, "{client}", byLayerPriority, "Clients (flows of the layer's fair queue) with requests waiting now, by priority."),
+	gauge(layerkit.GaugeFairShare, "1", byLayerPriority, "Part of the capacity left to a priority that one client of weight 1 gets while every waiting client asks for more, 0 to 1."),
 	gauge(layerkit.GaugeStoreErrors, "{error}", byLayer, "Calls to the layer's shared store (Redis) that failed."),
 }
 

@@ -232,13 +232,18 @@ type Ticket struct {
 
 // Done tells the queue that the slot granted is free again, so that the
 // time it was held is charged to the client: a client whose requests hold
-// slots longer is served less often. Call it once, when the lease is
-// released.
-func (t Ticket) Done() {
-	q := t.q
-	if q == nil {
-		return
+// slots longer is served less often. Call it when the lease is released;
+// it clears t, so that a second call does nothing, and costs a nil check
+// on the zero Ticket.
+func (t *Ticket) Done() {
+	if t.q != nil {
+		t.done()
+		*t = Ticket{}
 	}
+}
+
+func (t *Ticket) done() {
+	q := t.q
 	now := q.clock.Now().UnixNano()
 	held := float64(max(now-t.at, 0))
 	seat := held * float64(t.units)
@@ -341,6 +346,27 @@ func (t *topClients) done(now int64, h uint64, cost float64, units int64) {
 			return
 		}
 	}
+}
+
+// MakeRoom does, for a newcomer req, what a full queue does (see
+// WaitRequest): a waiter of lower priority is evicted (ErrEvicted), or the
+// newest waiter of the client with at least twice the waiters req's would
+// have at its priority (ErrQueueFull). It reports whether it made room. A
+// layer that bounds the queue below its MaxLength calls it when its own
+// bound is reached.
+func (q *WaitQueue) MakeRoom(req shed.Request) bool {
+	if q.n.Load() == 0 {
+		return false
+	}
+	w := q.newWaiter(req, nil)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.makeRoom(w, q.clock.Now()) {
+		return false
+	}
+	// The waiter that left may have been the one holding up those behind it.
+	q.dispatch()
+	return true
 }
 
 // FlowStats returns, for priority p, how many clients (flows) wait now and

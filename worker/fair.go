@@ -1,0 +1,34 @@
+package worker
+
+import (
+	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
+)
+
+var _ layerkit.ClientReporter = (*Layer)(nil)
+
+// TopClients returns at most n clients with the largest shares of what
+// the layer's queues granted recently, largest first (layerkit.ClientReporter):
+// for a status page or a log line. Requests admitted with nobody waiting
+// are not counted: the shares tell who gets the capacity while it is
+// contended. nil without a queue.
+func (l *Layer) TopClients(n int) []layerkit.ClientShare {
+	return layerkit.TopClients(n, l.critical, l.queue)
+}
+
+// reportFairness emits, per priority, the clients waiting and the fair
+// share of one client (layerkit.GaugeClientsQueued, GaugeFairShare).
+func (l *Layer) reportFairness(emit func(layerkit.Gauge)) {
+	if l.queue == nil {
+		return
+	}
+	for _, p := range shed.Priorities() {
+		q := l.queue
+		if l.critical != nil && p.Index() >= l.protect {
+			q = l.critical
+		}
+		n, share := q.FlowStats(p)
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeClientsQueued, Priority: p, Value: float64(n)})
+		emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeFairShare, Priority: p, Value: share})
+	}
+}
