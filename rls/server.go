@@ -476,6 +476,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	}
 	for i := range cs {
 		s.observe(layer, &cs[i])
+		if !d.IsNegativeHits {
+			cs[i].rule.counts.count(&cs[i], h)
+		}
 	}
 	if pick == nil { // every limit replaced
 		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, decided{}

@@ -54,6 +54,7 @@ type limitRule struct {
 	replaces []string
 	detailed *detailedNames // nil unless detailed_metric
 	soft     *softLimit     // nil unless soft
+	counts   ruleCounts     // for the status page
 }
 
 // match finds the rule of a request descriptor as envoyproxy/ratelimit

@@ -7,6 +7,10 @@
 # with the server's address in LOADSHED_REDIS_ADDR, and stops the server.
 # The same for Prometheus (scripts/prometheus.sh), which the dashboards'
 # test (./dashboards) needs; it is started only when that package runs.
+# Debian's chromium is installed when missing (scripts/chromium.sh) and
+# its path exported in LOADSHED_CHROMIUM, for the status page's tests in a
+# headless browser, which must then run (LOADSHED_REQUIRE_CHROMIUM=1); only
+# when that package (./statuspage) runs.
 #
 #   ./scripts/test.sh                 # everything
 #   ./scripts/test.sh ./ratelimit/... # only these packages (library module)
@@ -23,6 +27,14 @@ case " $* " in
     . scripts/prometheus.sh
     prometheus_start test.sh
     export LOADSHED_REQUIRE_PROMETHEUS=1
+    ;;
+esac
+
+case " $* " in
+  "  " | *statuspage* | *" ./... "*)
+    . scripts/chromium.sh
+    chromium_ensure test.sh
+    export LOADSHED_REQUIRE_CHROMIUM=1
     ;;
 esac
 

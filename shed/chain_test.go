@@ -331,7 +331,7 @@ func TestChainObserver(t *testing.T) {
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Admitted, Policy: "per-key", Route: "GET /x/{id}"},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Admitted, Route: "GET /x/{id}"},
 		{Layer: "last", Priority: shed.Critical, Kind: shed.Rejected, Status: shed.StatusServiceUnavailable,
-			Queued: true, Wait: 3 * time.Second, Policy: "overall", Route: "GET /x/{id}"},
+			Queued: true, Wait: 3 * time.Second, Policy: "overall", Route: "GET /x/{id}", Reason: "queue wait timed out"},
 		{Layer: "dry", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Route: "GET /x/{id}"},
 		{Layer: "queued", Priority: shed.Critical, Kind: shed.Released, Outcome: shed.Unused, Policy: "per-key", Route: "GET /x/{id}"},
 	})

@@ -61,6 +61,11 @@ type Event struct {
 	// Route is the request's route pattern ("GET /v1/charges/{id}"), never
 	// the raw path, so that it stays a bounded set.
 	Route string
+	// Reason is the rejection's short, client-safe explanation ("queue
+	// full"), for Rejected; a status page shows it beside the layer and
+	// policy. Layers write it from a bounded set of phrases, but metrics
+	// should not label by it.
+	Reason string
 }
 
 // Observer receives every decision. Observe is called outside any lock of
@@ -105,6 +110,7 @@ func rejectedEvent(layer string, req *Request, rej *Rejection, latency time.Dura
 		e.Queued = rej.Waited > 0
 		e.Wait = rej.Waited
 		e.Fallback = rej.Fallback
+		e.Reason = rej.Reason
 		if len(rej.Policies) > 0 {
 			e.Policy = rej.Policies[0].Policy
 		}

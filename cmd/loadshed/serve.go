@@ -34,6 +34,8 @@ import (
 	"github.com/loadshed/loadshed/internal/telemetry"
 	"github.com/loadshed/loadshed/rls"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedstatus"
+	"github.com/loadshed/loadshed/statuspage"
 )
 
 const serveUsage = `usage: loadshed serve -config PATH [flags]
@@ -135,7 +137,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return serveContext(ctx, args, stderr, func(grpcAddr, httpAddr net.Addr) {
-		fmt.Fprintf(stdout, "loadshed serve: gRPC on %s, HTTP on %s\n", grpcAddr, httpAddr)
+		fmt.Fprintf(stdout, "loadshed serve: gRPC on %s, HTTP on %s (status page: http://%s%s)\n", grpcAddr, httpAddr, httpAddr, statuspage.Path)
 	})
 }
 
@@ -168,9 +170,23 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}, []string{"domain", "code"})
 	reg.MustRegister(responses)
 
+	// The status page's recorder learns each domain ("rls:<domain>") from
+	// its decisions; the rules and reloads are read from the server when
+	// the page is.
+	var srv *rls.Server
+	page, err := shedstatus.New(shedstatus.Config{
+		Rules:  func() []shedstatus.Rule { return rulesOf(srv) },
+		Reload: func() shedstatus.Reload { return reloadOf(srv) },
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer page.Close()
+
 	cfg := rls.Config{
 		Domains: domains, RateLimitHeaders: f.headers, LegacyHeaders: f.legacyHeaders,
-		MaxDescriptors: f.maxDescriptors, Observer: metrics, Logger: logger,
+		MaxDescriptors: f.maxDescriptors, Observer: shed.Observers{metrics, page}, Logger: logger,
 		OnResponse: func(domain string, code pb.RateLimitResponse_Code) {
 			responses.WithLabelValues(domain, strings.ToLower(code.String())).Inc()
 		},
@@ -202,7 +218,7 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		cfg.RedisStore.Timeout = f.redisTimeout
 		cfg.RedisStore.Batch.Fraction = f.batch
 	}
-	srv, err := rls.New(cfg)
+	srv, err = rls.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -253,6 +269,10 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 	mux.Handle("/json", srv.JSONHandler(int64(f.maxMsgBytes)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "OK\n") })
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Read-only, but it tells what is limited and how much: the HTTP port
+	// belongs on an admin network (the default address is loopback).
+	mux.Handle("GET "+statuspage.Path, statuspage.New(page, statuspage.Options{Title: "loadshed serve"}))
+	mux.Handle("GET /{$}", http.RedirectHandler(statuspage.Path, http.StatusFound))
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 
 	errc := make(chan error, 2)
@@ -288,4 +308,29 @@ func serveContext(ctx context.Context, args []string, stderr io.Writer, ready fu
 		gs.Stop()
 	}
 	return status
+}
+
+// rulesOf lists srv's running rules for the status page, as
+// envoyproxy/ratelimit's /rlconfig does, with their counts.
+func rulesOf(srv *rls.Server) []shedstatus.Rule {
+	if srv == nil {
+		return nil
+	}
+	rs := srv.Rules()
+	out := make([]shedstatus.Rule, len(rs))
+	for i, r := range rs {
+		out[i] = shedstatus.Rule{Key: r.Key, Limit: r.Limit, Shadow: r.Shadow, Hits: r.Hits, OverLimit: r.OverLimit, NearLimit: r.NearLimit}
+	}
+	return out
+}
+
+// reloadOf is what the status page says of reloads: how many were applied
+// and refused. The last one's time and error go in Time and Error once the
+// server reports them.
+func reloadOf(srv *rls.Server) shedstatus.Reload {
+	if srv == nil {
+		return shedstatus.Reload{}
+	}
+	applied, refused := srv.ReloadStats()
+	return shedstatus.Reload{Applied: applied, Refused: refused}
 }

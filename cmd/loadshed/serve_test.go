@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/shed/shedstatus"
 )
 
 // syncBuffer is a bytes.Buffer the server's goroutines may write to.
@@ -134,6 +136,31 @@ func TestServeExample(t *testing.T) {
 	if b := get(t, "http://"+h+"/healthz"); b != "OK\n" {
 		t.Fatalf("/healthz: %q", b)
 	}
+	// The status page lists the rules with their counts, and the domain's
+	// decisions; / leads to it.
+	page := get(t, "http://"+h+"/")
+	for _, want := range []string{`data-layer="rls:api"`, `<code>api.route_POST /v1/charges.key</code>`, "loaded at start; no reload since"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the status page lacks %s\n%s", want, page)
+		}
+	}
+	var snap shedstatus.Snapshot
+	if err := json.Unmarshal([]byte(get(t, "http://"+h+"/debug/loadshed?format=json")), &snap); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range snap.Rules {
+		if r.Key == "api.route_POST /v1/charges.key" {
+			found = true
+			if r.Hits != 12 || r.OverLimit != 2 || r.Limit != "unit=SECOND requests_per_unit=10" {
+				t.Errorf("rule %+v, want 12 hits, 2 over", r)
+			}
+		}
+	}
+	if !found || len(snap.Layers) != 1 || snap.Layers[0].Name != "rls:api" || snap.Reload == nil || snap.RejectionsTotal != 2 {
+		t.Errorf("snapshot: %+v", snap)
+	}
+
 	m := get(t, "http://"+h+"/metrics")
 	for _, want := range []string{
 		`loadshed_rls_responses_total{code="over_limit",domain="api"} 2`,

@@ -10,8 +10,10 @@
 //	go run ./examples/demo -selftest    # starts on a free port, asks itself, prints what it got, exits
 //
 // It prints a curl line to try. Every decision is logged on stdout with the
-// request's priority, and counted in Prometheus metrics served on /metrics
-// (never rate limited or shed itself).
+// request's priority, and counted in Prometheus metrics served on /metrics;
+// the status page at /debug/loadshed shows the layers live. Neither is ever
+// rate limited or shed itself. (A real service serves both on an admin
+// port or behind authentication.)
 package main
 
 import (
@@ -36,8 +38,10 @@ import (
 	"github.com/loadshed/loadshed/concurrency"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/shedstatus"
 	"github.com/loadshed/loadshed/shedhttp"
 	"github.com/loadshed/loadshed/shedprom"
+	"github.com/loadshed/loadshed/statuspage"
 )
 
 func main() {
@@ -87,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "        at most %d requests in flight, %d per key\n", inFlightLimit, inFlightPerKeyLimit)
 	fmt.Fprintf(stdout, "try it (the third report request is rejected with 429):\n")
 	fmt.Fprintf(stdout, "  for i in 1 2 3; do curl -si -H 'X-API-Key: demo' %s/v1/reports/r_1; echo; done\n", base)
+	fmt.Fprintf(stdout, "watch it live: %s%s\n", base, statuspage.Path)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -158,7 +163,14 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		closeAll()
 		return nil, err
 	}
-	obs := shed.Observers{metrics}
+	// The status page's recorder, beside the metrics.
+	status, err := shedstatus.New(shedstatus.Config{Layers: []shed.Layer{limits, inFlight}})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	closeAll = func() { status.Close(); perKey.Close(); sheddable.Close() }
+	obs := shed.Observers{metrics, status}
 	if logDecisions {
 		obs = append(obs, shed.ObserverFunc(func(e shed.Event) {
 			if e.Kind == shed.Released {
@@ -185,8 +197,8 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 			"/v1/reports/*":    shed.Sheddable,
 		},
 		LegacyHeaders: true,
-		// The metrics endpoint is never counted or shed.
-		Skip: func(r *http.Request) bool { return r.URL.Path == "/metrics" },
+		// The metrics and the status page are never counted or shed.
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/metrics" || r.URL.Path == statuspage.Path },
 	})
 	if err != nil {
 		closeAll()
@@ -202,6 +214,7 @@ func newApp(stdout io.Writer, logDecisions bool) (*app, error) {
 		})
 	})
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	r.Handle(statuspage.Path, statuspage.New(status, statuspage.Options{Title: "loadshed demo"}))
 	r.Post("/v1/charges", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"id":"ch_1","status":"succeeded"}`+"\n")
@@ -276,8 +289,18 @@ func selfTest(base string, out io.Writer) int {
 			fmt.Fprintf(out, "  %s\n", line)
 		}
 	}
-	if !got429 || !chargeOK {
-		fmt.Fprintf(out, "selftest: FAILED (429 with headers seen: %v, critical charge served: %v)\n", got429, chargeOK)
+	// The status page, as JSON: the rejection above is in its ring.
+	resp, err = client.Get(base + statuspage.Path + "?format=json")
+	if err != nil {
+		fmt.Fprintln(out, "selftest:", err)
+		return 1
+	}
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	fmt.Fprintf(out, "GET %s?format=json -> %s\n", statuspage.Path, resp.Status)
+	pageOK := resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"policy":"sheddable-per-key"`)
+	if !got429 || !chargeOK || !pageOK {
+		fmt.Fprintf(out, "selftest: FAILED (429 with headers seen: %v, critical charge served: %v, status page shows the rejection: %v)\n", got429, chargeOK, pageOK)
 		return 1
 	}
 	fmt.Fprintln(out, "selftest: ok")

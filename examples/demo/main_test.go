@@ -24,6 +24,7 @@ func TestSelfTest(t *testing.T) {
 		`"in-flight-per-key";q=8;qu="concurrent-requests"`, // the concurrency layer's policy
 		"GET /metrics -> 200 OK",
 		`priority="sheddable",result="rejected",status="429"} 1`, // loadshed_requests_total
+		"GET /debug/loadshed?format=json -> 200 OK",
 		"selftest: ok",
 	} {
 		if !strings.Contains(s, want) {

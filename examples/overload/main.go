@@ -14,6 +14,7 @@
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
 //	go run ./examples/overload -scenario tenant -results docs/results   # and write docs/results/overload.{md,json}
+//	go run ./examples/overload -watch 127.0.0.1:8090    # watch loadshed's server live at http://127.0.0.1:8090/debug/loadshed
 //
 // It starts the server as a process of its own with one CPU's worth of Go
 // scheduler (GOMAXPROCS=1), pinned with taskset to one CPU while the load
@@ -125,6 +126,10 @@ type options struct {
 	results string
 	// args are the command's arguments, for the results file.
 	args []string
+	// watch, when set, is the address loadshed's server listens on (the
+	// first instance's), so that its status page stays at one URL while
+	// each step starts a fresh server.
+	watch string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -145,6 +150,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis, "redis", "", "Redis address: run a fleet sharing it (with -instances)")
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
 	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
+	fs.StringVar(&o.watch, "watch", "", "listen address of loadshed's server (e.g. 127.0.0.1:8090), to watch the flood live on its status page, /debug/loadshed; default a free port per step")
 	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
 	fs.StringVar(&o.results, "results", "", "also write each scenario's results into this directory's overload.md and overload.json (docs/results from the repository's root), keeping the other scenarios' there")
 	if err := fs.Parse(args); err != nil {
@@ -289,6 +295,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "note:", pin.note)
 	} else {
 		fmt.Fprintf(stdout, "server on CPU %d (GOMAXPROCS=1), load generator on CPU %d\n", pin.serverCPU, pin.loadCPU)
+	}
+	if o.watch != "" {
+		fmt.Fprintf(stdout, "watch loadshed's server live: http://%s/debug/loadshed (the page reconnects as each step starts a fresh server)\n", o.watch)
 	}
 	for _, name := range o.scenarios {
 		dir := o.out
@@ -639,6 +648,9 @@ func withServers(ctx context.Context, o options, pin pinning, sc scenario, p api
 		}
 		if isLoadshed(p) {
 			args = append(args, o.serverFlags...)
+			if o.watch != "" && i == 0 {
+				args = append(args, "-addr", o.watch) // after startServer's own -addr, so it wins
+			}
 		}
 		if o.redis != "" {
 			// Each step's fleet has keys of its own: the last step's killed

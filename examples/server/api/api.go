@@ -21,6 +21,8 @@ import (
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
+	"github.com/loadshed/loadshed/shed/shedstatus"
+	"github.com/loadshed/loadshed/statuspage"
 )
 
 // Protection names what stands in front of the handlers.
@@ -116,6 +118,18 @@ type Service struct {
 	burner  burner
 	down    *downstream  // nil without Config.Downstream
 	live    *config.Live // with Config.ConfigFile
+	status  *shedstatus.Recorder
+}
+
+// watch starts the status page's recorder of layers: the chain's observer.
+func (s *Service) watch(layers []shed.Layer) (shed.Observer, error) {
+	rec, err := shedstatus.New(shedstatus.Config{Layers: layers})
+	if err != nil {
+		return nil, fmt.Errorf("api: status page: %w", err)
+	}
+	s.status = rec
+	s.closers = append(s.closers, rec.Close)
+	return rec, nil
 }
 
 // New builds the service.
@@ -160,6 +174,11 @@ func New(cfg Config) (*Service, error) {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	r.Get("/metrics", s.metrics)
 	r.Post("/admin/downstream", s.setDownstream)
+	if s.status != nil {
+		// A real service serves it on an admin port or behind
+		// authentication; the example listens on loopback.
+		r.Get(statuspage.Path, statuspage.New(s.status, statuspage.Options{Title: "example API"}).ServeHTTP)
+	}
 	r.Group(func(r chi.Router) {
 		if protect != nil {
 			r.Use(protect)
@@ -177,7 +196,13 @@ func New(cfg Config) (*Service, error) {
 // X-API-Key, test-mode from its header) is the base the file's http section
 // refines.
 func (s *Service) fromFile(path string) (func(http.Handler) http.Handler, error) {
-	live, err := config.Open(path, config.Options{HTTP: httpConfig()})
+	// The file's layers change on reload: the page learns them from their
+	// decisions, by name, without their gauges.
+	obs, err := s.watch(nil)
+	if err != nil {
+		return nil, err
+	}
+	live, err := config.Open(path, config.Options{HTTP: httpConfig(), Observer: obs})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
@@ -350,7 +375,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (st *Stats) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/admin/") {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/admin/") || strings.HasPrefix(r.URL.Path, "/debug/") {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -82,22 +82,34 @@ func TestWorkIsBounded(t *testing.T) {
 	}
 }
 
-func TestHealthAndMetricsAreNeverCounted(t *testing.T) {
+func TestHealthMetricsAndStatusAreNeverCounted(t *testing.T) {
 	svc, srv := serve(t, Config{Protection: Loadshed})
 	for range 3 {
 		if status, _ := do(t, srv, http.MethodGet, "/healthz"); status != http.StatusOK {
 			t.Fatalf("/healthz: %d", status)
 		}
 	}
-	status, body := do(t, srv, http.MethodGet, "/metrics")
+	do(t, srv, http.MethodGet, "/v1/reports")
+	status, body := do(t, srv, http.MethodGet, "/debug/loadshed?format=json")
+	if status != http.StatusOK || !strings.Contains(body, `"name":"worker"`) || !strings.Contains(body, `"name":"ratelimit"`) {
+		t.Errorf("the status page: %d\n%s", status, body)
+	}
+	if status, body := do(t, srv, http.MethodGet, "/debug/loadshed"); status != http.StatusOK || !strings.Contains(body, `data-layer="worker"`) {
+		t.Errorf("the status page: %d\n%.300s", status, body)
+	}
+	status, body = do(t, srv, http.MethodGet, "/metrics")
 	if status != http.StatusOK || !strings.Contains(body, `loadshed_example_requests_total{priority="critical",answer="ok"} 0`) ||
 		!strings.Contains(body, `loadshed_layer_gauge{layer="worker",name="shed_level"`) {
 		t.Errorf("/metrics: %d\n%s", status, body)
 	}
 	for _, p := range shed.Priorities() {
 		for a := Answer(0); a < numAnswers; a++ {
-			if n := svc.Stats().Count(p, a); n != 0 {
-				t.Errorf("%s %s: %d, want 0", p, a, n)
+			want := int64(0)
+			if p == shed.Sheddable && a == OK {
+				want = 1 // the one report
+			}
+			if n := svc.Stats().Count(p, a); n != want {
+				t.Errorf("%s %s: %d, want %d", p, a, n, want)
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/loadshed/loadshed/statuspage"
 )
 
 // Main runs the server with command-line args (see examples/server) and
@@ -91,6 +93,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "listening on http://%s (protection %s)\n", ln.Addr(), p)
+	if svc.status != nil {
+		fmt.Fprintf(stdout, "status page: http://%s%s\n", ln.Addr(), statuspage.Path)
+	}
 
 	stop := make(chan struct{})
 	defer close(stop)

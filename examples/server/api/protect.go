@@ -154,7 +154,11 @@ func (s *Service) blindLimit(perSecond int64) (func(http.Handler) http.Handler, 
 		return nil, fmt.Errorf("api: global rate limit: %w", err)
 	}
 	s.closers = append(s.closers, layer.Close)
-	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}})
+	obs, err := s.watch([]shed.Layer{layer})
+	if err != nil {
+		return nil, err
+	}
+	chain, err := shed.NewChain(shed.Config{Layers: []shed.Layer{layer}, Observer: obs})
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +213,11 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 			s.gauges = append(s.gauges, g)
 		}
 	}
-	chain, err := shed.NewChain(shed.Config{Layers: layers})
+	obs, err := s.watch(layers)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := shed.NewChain(shed.Config{Layers: layers, Observer: obs})
 	if err != nil {
 		return nil, err
 	}
