@@ -72,7 +72,7 @@ func writeResults(dir string, args []string, reps []*report) error {
 		}
 	}
 	file.About = resultsAbout
-	commit := commitMeasured()
+	commit := commitMeasured(dir)
 	command := strings.TrimSpace("go run ./examples/overload " + strings.Join(args, " "))
 	for _, r := range reps {
 		file.Scenarios[r.sc.name] = scenarioResult{Date: time.Now().UTC().Format(time.RFC3339), Machine: r.machine(),
@@ -151,11 +151,23 @@ func targetsWord(r jsonReport) string {
 	return fmt.Sprintf("%d of %d missed, %d of them on a busy machine", failed+unsure, len(r.TargetVerdicts), unsure)
 }
 
-// commitMeasured is the revision this binary was built from, with
-// "+modified" when its tree had changes; git's answer when the build
-// recorded none (go run records it in a repository); "unknown" without
+// commitMeasured is the revision of the tree the run is in, with
+// "+modified" when files other than the results (under resultsDir) have
+// changes not committed; the revision this binary was built from when git
+// cannot tell (run elsewhere than in the repository); "unknown" without
 // either.
-func commitMeasured() string {
+func commitMeasured(resultsDir string) string {
+	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		rev := strings.TrimSpace(string(out))
+		args := []string{"status", "--porcelain", "--untracked-files=no", "--", "."}
+		if resultsDir != "" {
+			args = append(args, ":(exclude)"+filepath.ToSlash(resultsDir))
+		}
+		if st, err := exec.Command("git", args...).Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+			rev += "+modified"
+		}
+		return rev
+	}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		rev, modified := "", false
 		for _, s := range info.Settings {
@@ -173,15 +185,7 @@ func commitMeasured() string {
 			return rev
 		}
 	}
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		rev += "+modified"
-	}
-	return rev
+	return "unknown"
 }
 
 func writeFileAtomic(path string, b []byte) error {
