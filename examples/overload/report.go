@@ -160,7 +160,7 @@ func (r *report) printTables(w io.Writer) {
 	for _, setup := range r.opts.setups {
 		fmt.Fprintf(w, "\n%s\n", r.setupTitle(setup))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\t"
+		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\tbound/s\t"
 		if fleet {
 			head += "fleet in flight\t"
 		}
@@ -179,9 +179,13 @@ func (r *report) printTables(w io.Writer) {
 				if i == shed.NumPriorities {
 					load, offered = fmt.Sprintf("%.1f×", s.mult), fmt.Sprintf("%.0f", s.offered)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t",
+				bound := ""
+				if i == shed.NumPriorities {
+					bound = fmt.Sprintf("%.0f", s.bound)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t%s\t",
 					load, offered, name, st.sent, pct(st.successRate()), st.counts[resThrottle], st.counts[resShed],
-					st.counts[resTimeout], st.counts[resError], ms(st.p50), ms(st.p99), st.goodput)
+					st.counts[resTimeout], st.counts[resError], ms(st.p50), ms(st.p99), st.goodput, bound)
 				if fleet {
 					if s.fleetUsage != nil && i < shed.NumPriorities {
 						fmt.Fprintf(tw, "%.1f\t", s.fleetUsage[i])
