@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/shed"
+	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
 // KeyBy picks which field of a request the per-key limit counts by, and so
@@ -73,6 +74,14 @@ type Config struct {
 	// ceiling with observed latency; Limit is then the starting value
 	// (default Adaptive.Floor).
 	Adaptive *Adaptive
+	// Fairness says how requests queued for the overall limit
+	// (Enforcement.Action Queue) share it among clients (Request.Key),
+	// within each priority: by default max-min fairly, every client
+	// weighing the same, so that one client's flood takes no other
+	// client's share, with no per-client number (see the package
+	// documentation, "Fair share"). Fairness.Weight gives clients weights;
+	// Fairness.Off serves the waiters of a priority in arrival order.
+	Fairness layerkit.Fairness
 	// RetryAfter is the Retry-After hint of a rejection (default 1s).
 	RetryAfter time.Duration
 	// Clock reads time for soft-mode episodes, the adaptive limit and the

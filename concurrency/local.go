@@ -29,7 +29,10 @@ type Layer struct {
 
 	// guards makes each grant count once, whichever copy of its lease is
 	// released; a guard holds the grant's per-key slot (nil without one).
+	// A grant from the queue is guarded by queued instead, which also
+	// holds the fair queue's ticket.
 	guards layerkit.GuardPool[*slot]
+	queued layerkit.GuardPool[queuedGrant]
 
 	limit    cacheline.Int64 // the overall limit; moves when adaptive
 	inflight cacheline.Int64 // units in flight overall, when hasAll
@@ -83,7 +86,7 @@ func New(cfg Config) (*Layer, error) {
 		if qc.Clock == nil {
 			qc.Clock = l.clock
 		}
-		q, err := layerkit.NewWaitQueue(qc)
+		q, err := layerkit.NewFairQueue(qc, cfg.Fairness)
 		if err != nil {
 			return nil, fmt.Errorf("concurrency: Config.Enforcement.Queue: %w", err)
 		}
@@ -144,6 +147,7 @@ func (l *Layer) ReportGauges(emit func(layerkit.Gauge)) {
 	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeInFlight, Value: float64(l.InFlight())})
 	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeLimit, Value: float64(l.Limit())})
 	emit(layerkit.Gauge{Layer: l.name, Name: layerkit.GaugeQueued, Value: float64(l.Queued())})
+	l.reportFairness(emit)
 }
 
 // Keys returns how many per-key counters are held, idle ones not yet swept
@@ -420,7 +424,13 @@ func (l *Layer) refused(t taken) shed.Quota {
 func (l *Layer) Release(lease *shed.Lease, o shed.Outcome) {
 	s, ok := l.guards.Claim(lease)
 	if !ok {
-		return // not this limiter's, or released already through a copy
+		g, ok := l.queued.Claim(lease)
+		if !ok {
+			return // not this limiter's, or released already through a copy
+		}
+		s = g.s
+		// The slot was held until now: the queue charges its client.
+		defer g.ticket.Done()
 	}
 	var now time.Time // read once, and only when a soft limit is back within bounds
 	if s != nil {

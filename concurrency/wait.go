@@ -26,7 +26,7 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken)
 		return got.ok
 	}
 	giveBack := func() { l.untake(got, cost) }
-	waited, err := l.queue.Wait(ctx, req.Priority, req.Deadline, take, giveBack)
+	ticket, waited, err := l.queue.WaitRequest(ctx, req, req.Deadline, take, giveBack)
 	if err != nil {
 		err = layerkit.QueueRejection(shed.StatusServiceUnavailable, err, waited)
 		var r *shed.Rejection
@@ -38,8 +38,19 @@ func (l *Layer) wait(ctx context.Context, req shed.Request, cost int64, t taken)
 		return shed.Lease{}, err
 	}
 	ls := l.lease(&got, cost, l.limit.Load(), l.clock.Now())
+	// Guarded with the ticket, so that the release charges the client for
+	// the time it held the slot.
+	s, _ := l.guards.Claim(&ls)
+	l.queued.Issue(&ls, queuedGrant{s: s, ticket: ticket})
 	ls.Waited = waited
 	return ls, nil
+}
+
+// queuedGrant is what a grant from the queue holds: its per-key slot (nil
+// without one) and the fair queue's ticket.
+type queuedGrant struct {
+	s      *slot
+	ticket layerkit.Ticket
 }
 
 // untake gives back what a successful take claimed, without a lease.

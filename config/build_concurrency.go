@@ -17,6 +17,7 @@ func (b *builder) concurrency(c *Concurrency) ([]shed.Layer, error) {
 	cfg := concurrency.Config{
 		Name: c.Name, Limit: c.Limit, PerKey: c.PerKey, KeyBy: c.KeyBy,
 		Enforcement: b.enforcement(&c.Enforcement), RetryAfter: c.RetryAfter, Clock: b.opts.Clock,
+		Fairness: c.Fairness.build(),
 	}
 	if a := c.Adaptive; a != nil {
 		cfg.Adaptive = &concurrency.Adaptive{Floor: a.Floor, Ceiling: a.Ceiling, Window: a.Window,

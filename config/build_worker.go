@@ -24,7 +24,8 @@ func workerConfig(w *Worker, enf shed.Enforcement) worker.Config {
 		CPU:                worker.CPUConfig{Disable: w.CPU.Disable, Budget: w.CPU.Budget, Full: w.CPU.Full},
 		SchedLatencyTarget: w.SchedLatencyTarget, QueueDelayTarget: w.QueueDelayTarget,
 		Workers: w.Workers, BusyWorkers: w.BusyWorkers, Yield: w.Yield, RetryAfter: w.RetryAfter,
-		Limit: worker.LimitConfig{Disable: w.Limit.Disable, Initial: w.Limit.Initial, Min: w.Limit.Min, Max: w.Limit.Max},
+		Limit:    worker.LimitConfig{Disable: w.Limit.Disable, Initial: w.Limit.Initial, Min: w.Limit.Min, Max: w.Limit.Max},
+		Fairness: w.Fairness.build(),
 	}
 }
 

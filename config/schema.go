@@ -234,6 +234,23 @@ type Concurrency struct {
 	TTL time.Duration `yaml:"ttl"`
 	// AsyncRelease sends releases in batches (default off).
 	AsyncRelease bool `yaml:"async_release"`
+	// Fairness shares the overall limit among clients when requests queue
+	// for it (default: max-min fairly, every client weighing the same).
+	Fairness Fairness `yaml:"fairness"`
+}
+
+// Fairness is layerkit.Fairness: how a layer's queue shares capacity
+// among clients (the request's key) within each priority.
+type Fairness struct {
+	// Off serves a priority's waiters in arrival order, whoever sent them
+	// (default false: fair).
+	Off bool `yaml:"off"`
+	// Weights gives clients, by key, a weight (a tier): a client of weight
+	// 2 gets twice the share of one of weight 1 when both ask for more.
+	Weights map[string]float64 `yaml:"weights"`
+	// DefaultWeight is the weight of the keys Weights does not name
+	// (default 1).
+	DefaultWeight float64 `yaml:"default_weight"`
 }
 
 // Adaptive is concurrency.Adaptive.
@@ -292,6 +309,9 @@ type Worker struct {
 	Yield bool `yaml:"yield"`
 	// RetryAfter is a rejection's Retry-After hint (default 1s).
 	RetryAfter time.Duration `yaml:"retry_after"`
+	// Fairness shares the capacity among clients within each priority
+	// (default: max-min fairly, every client weighing the same).
+	Fairness Fairness `yaml:"fairness"`
 }
 
 // WorkerLimit is worker.LimitConfig: every field is optional.

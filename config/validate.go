@@ -391,6 +391,7 @@ func (c *checker) concurrency(cc *Concurrency, path string) {
 			c.errorf(path+".action", nil, "action queue is not supported with store: redis")
 		}
 	}
+	c.fairness(&cc.Fairness, path+".fairness")
 	c.prefix(path+".prefix", cc.Prefix, cc.Store)
 	if cc.Store != RedisStore {
 		if cc.TTL != 0 {
@@ -487,6 +488,7 @@ func (c *checker) worker(w *Worker, path string) {
 	if w.Yield && w.Workers == 0 {
 		c.errorf(path+".yield", nil, "yield needs a worker budget: set workers")
 	}
+	c.fairness(&w.Fairness, path+".fairness")
 	if len(c.errs) > n {
 		return
 	}

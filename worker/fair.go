@@ -13,6 +13,9 @@ var _ layerkit.ClientReporter = (*Layer)(nil)
 // are not counted: the shares tell who gets the capacity while it is
 // contended. nil without a queue.
 func (l *Layer) TopClients(n int) []layerkit.ClientShare {
+	if l.queue == nil {
+		return nil
+	}
 	return layerkit.TopClients(n, l.critical, l.queue)
 }
 
