@@ -38,11 +38,17 @@
 // local Layer nor the RedisLayer counts a dry-run admission over a limit
 // in flight (a rejection would not have been; the RedisLayer's lease holds
 // nothing in Redis), so each goes on deciding as if it enforced. With the
-// Queue action a request over the overall limit
-// waits in a layerkit.WaitQueue (highest priority first, bounded by the
-// queue and the request's deadline) and each release wakes it; a request
-// over a per-key limit is rejected at once, since one queue serves one pool
-// of capacity and a waiter stuck on its own key would hold up every other.
+// Queue action a request over the overall limit waits in a fair queue
+// (layerkit.NewFairQueue: highest priority first, bounded by the queue and
+// the request's deadline), and each release wakes the waiter of the client
+// that has had the least of the limit, in seat-seconds, within the highest
+// priority waiting: one client's flood takes no other client's share, with
+// no per-client number (Config.Fairness sets weights or turns it off;
+// TopClients and the clients_queued and fair_share gauges show the
+// shares; layerkit's documentation, "Fair share", says what a client
+// owning many keys gets). A request over a per-key limit is rejected at
+// once, since one queue serves one pool of capacity and a waiter stuck on
+// its own key would hold up every other.
 //
 // # The local limiter
 //

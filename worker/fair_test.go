@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"math"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -243,6 +245,81 @@ func TestFairWorkerOneClient(t *testing.T) {
 		t.Logf("fairness off %v: served %.0f/s, refused %d", off, perSecond(one.served, 4*time.Second), one.refused)
 		if perSecond(one.served, 4*time.Second) < 0.95*400 {
 			t.Fatalf("fairness off %v: one client served %.0f/s of 400/s", off, perSecond(one.served, 4*time.Second))
+		}
+	}
+}
+
+// The shed level's refusals within the marginal priority fall on the
+// client that sends the most: at level 2.5 (half of default shed), a
+// client sending 2,000 requests an interval loses them, 50 clients
+// sending 10 each lose none, and the level still refuses half.
+func TestFairLevelShedsTheHeaviestFirst(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		cfg := Config{Workers: 1 << 20}
+		cfg.Fairness.Off = off
+		l, _, _ := pressureLayer(t, cfg)
+		setLevel(l, 2.5)
+		ctx := context.Background()
+		var heavy, light, heavyOK, lightOK int
+		send := func(count bool) {
+			for i := 0; i < 2000; i++ {
+				ls, err := l.Acquire(ctx, shed.Request{Key: "heavy", Priority: shed.Default})
+				if count {
+					heavy++
+				}
+				if err == nil {
+					ls.Release(shed.Completed)
+					if count {
+						heavyOK++
+					}
+				}
+				if i%4 != 0 {
+					continue
+				}
+				ls, err = l.Acquire(ctx, shed.Request{Key: string(rune('A' + i/4%50)), Priority: shed.Default})
+				if count {
+					light++
+				}
+				if err == nil {
+					ls.Release(shed.Completed)
+					if count {
+						lightOK++
+					}
+				}
+			}
+		}
+		send(false)
+		if l.marg != nil {
+			l.marg.roll(0.5) // as the sampler does at the interval's end
+		}
+		send(true)
+		all := float64(heavyOK+lightOK) / float64(heavy+light)
+		t.Logf("fairness off %v: heavy admitted %d of %d, light %d of %d, all %.3f", off, heavyOK, heavy, lightOK, light, all)
+		if all < 0.45 || all > 0.55 {
+			t.Fatalf("fairness off %v: admitted %.3f of the default priority at level 2.5, want half", off, all)
+		}
+		if !off && lightOK < light*999/1000 {
+			t.Fatalf("light clients admitted %d of %d at level 2.5, want all: the heavy one sends most", lightOK, light)
+		}
+		if off && lightOK > light*7/10 {
+			t.Fatalf("fairness off: light clients admitted %d of %d, want about half (a random draw)", lightOK, light)
+		}
+	}
+}
+
+func TestWaterLevel(t *testing.T) {
+	for _, c := range []struct {
+		counts []uint32
+		target float64
+		want   float64
+	}{
+		{[]uint32{10, 10, 1000}, 520, 500},
+		{[]uint32{10, 10, 10}, 15, 5},
+		{[]uint32{0, 0, 5}, 5, 5},
+		{[]uint32{1, 2, 3}, 0, 0},
+	} {
+		if got := waterLevel(slices.Clone(c.counts), c.target); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("waterLevel(%v, %v) = %v, want %v", c.counts, c.target, got, c.want)
 		}
 	}
 }

@@ -51,10 +51,13 @@ type Layer struct {
 	critical *layerkit.WaitQueue
 	yield    bool
 	protect  int // priorities with this Index or above are never refused
-	queue    *layerkit.WaitQueue
-	ep       layerkit.Episode
-	budget   Budget
-	grants   sync.Pool // *grant
+	// marg shares the marginal priority's refusals among clients, heaviest
+	// first (marginal.go); nil with Config.Fairness.Off.
+	marg   *marginal
+	queue  *layerkit.WaitQueue
+	ep     layerkit.Episode
+	budget Budget
+	grants sync.Pool // *grant
 
 	inflight cacheline.Int64
 	// starting holds the admitted requests yielding before they start
@@ -166,6 +169,9 @@ func New(cfg Config) (*Layer, error) {
 	}
 	if c.ShedCritical {
 		l.protect = shed.NumPriorities
+	}
+	if !c.Fairness.Off {
+		l.marg = newMarginal()
 	}
 	if c.learns() {
 		l.lim = newLimiter(c.Limit, c.Clock.Now())
@@ -316,6 +322,10 @@ func (l *Layer) tick() {
 		l.lim.capped.Store(saturated)
 	}
 	l.publish(level, utilization, readings)
+	if l.marg != nil {
+		v := uint32(l.state.Load())
+		l.marg.roll(float64(v%levelScale) / levelScale)
+	}
 	l.notify() // the level may have fallen
 	l.mu.Lock()
 	if !l.closed {
@@ -384,6 +394,22 @@ func (l *Layer) Sheds(p shed.Priority) bool {
 	return v != 0 && sheds(v, p) // inlined: no call while nothing is shed
 }
 
+// shedsArrival decides for a request arriving at shed level v: shed
+// outright below the marginal priority, by the client's part of the
+// marginal priority's requests within it (marginal.go).
+func (l *Layer) shedsArrival(v uint32, req *shed.Request) (why, bool) {
+	lo := uint32(req.Priority.Index()) * levelScale
+	switch {
+	case v <= lo:
+		return 0, false
+	case v >= lo+levelScale:
+		return overLevel, true
+	case l.marg == nil:
+		return overMargin, rand.Uint32()%levelScale < v-lo
+	}
+	return overMargin, l.marg.refuses(req.Key, v-lo)
+}
+
 func sheds(v uint32, p shed.Priority) bool {
 	if v == 0 {
 		return false
@@ -433,12 +459,10 @@ const (
 // waits in the queue.
 func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	v := uint32(l.state.Load())
-	if v != 0 && sheds(v, req.Priority) {
-		w := overLevel
-		if lo := uint32(req.Priority.Index()) * levelScale; v < lo+levelScale {
-			w = overMargin
+	if v != 0 {
+		if w, out := l.shedsArrival(v, &req); out {
+			return l.over(ctx, req, w)
 		}
-		return l.over(ctx, req, w)
 	}
 	if l.lim != nil {
 		// Within the learnt limit, with nobody queued ahead: admitted.

@@ -118,3 +118,57 @@ func ExampleWaitQueue() {
 	// critical: 500ms <nil>
 	// sheddable: 2s shed: layer rejected a request (503): queue wait timed out
 }
+
+// A fair queue in front of one slot: a client that has had a slot from the
+// queue waits behind one that has not, though it queued first.
+func ExampleNewFairQueue() {
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q, err := layerkit.NewFairQueue(shed.QueueConfig{MaxLength: 8, MaxWait: time.Second, Clock: clock}, layerkit.Fairness{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var inUse atomic.Int64
+	take := func() bool { return inUse.CompareAndSwap(0, 1) }
+	giveBack := func() { inUse.Store(0) }
+	type grant struct {
+		key    string
+		ticket layerkit.Ticket
+	}
+	granted := make(chan grant, 8)
+	wait := func(key string) {
+		n := q.Len()
+		go func() {
+			t, _, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, giveBack)
+			if err != nil {
+				fmt.Println(key, err)
+			}
+			granted <- grant{key, t}
+		}()
+		for q.Len() == n {
+			runtime.Gosched() // until it queues
+		}
+	}
+	release := func(t layerkit.Ticket) grant {
+		clock.Advance(10 * time.Millisecond) // the slot was held this long
+		inUse.Store(0)
+		t.Done() // charge the client for it
+		q.Notify()
+		return <-granted
+	}
+
+	first, _, _ := q.WaitRequest(context.Background(), shed.Request{Key: "heavy"}, time.Time{}, take, giveBack)
+	wait("heavy")
+	wait("heavy")
+	g := release(first) // heavy's first waiter: heavy has had a slot from the queue
+	fmt.Println(g.key)
+	wait("light") // queued last, served next: it has had nothing
+	g = release(g.ticket)
+	fmt.Println(g.key)
+	g = release(g.ticket)
+	fmt.Println(g.key)
+	// Output:
+	// heavy
+	// light
+	// heavy
+}

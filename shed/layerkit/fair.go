@@ -180,14 +180,32 @@ func (lv *level) choose(h uint64) int {
 	return best
 }
 
-// next returns the non-empty flow served least in virtual time. The level
-// must not be empty.
-func (lv *level) next() int {
-	m := lv.nonEmpty
-	best := bits.TrailingZeros64(m)
-	for m &= m - 1; m != 0; m &= m - 1 {
-		if i := bits.TrailingZeros64(m); lv.flows[i].served < lv.flows[best].served {
-			best = i
+// next returns the flow to serve: of the non-empty flows within half a
+// grant's charge of the least served in virtual time, the one whose
+// waiter is oldest (newest under LIFO). Clients even in their service are
+// so served in the order a plain queue would serve them, and a client
+// ahead of another by more than half a grant waits for it. The level must
+// not be empty.
+func (lv *level) next(lifo bool) int {
+	least := math.Inf(1)
+	for m := lv.nonEmpty; m != 0; m &= m - 1 {
+		least = min(least, lv.flows[bits.TrailingZeros64(m)].served)
+	}
+	bound := least + lv.hold/2
+	best := -1
+	var bestSeq uint64
+	for m := lv.nonEmpty; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		f := &lv.flows[i]
+		if f.served > bound && f.served != least {
+			continue
+		}
+		seq := f.list.head.seq
+		if lifo {
+			seq = f.list.tail.seq
+		}
+		if best < 0 || lifo && seq > bestSeq || !lifo && seq < bestSeq {
+			best, bestSeq = i, seq
 		}
 	}
 	return best

@@ -328,3 +328,44 @@ func TestFairTopClients(t *testing.T) {
 		t.Fatalf("FlowStats: %d clients, share %v", n, share)
 	}
 }
+
+// Clients even in their service are served in arrival order, as a plain
+// queue serves them: fairness reorders only a client that is ahead.
+func TestFairEvenClientsInArrivalOrder(t *testing.T) {
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 16, MaxWait: time.Minute}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Int64 // grants allowed
+	take := func() bool {
+		if open.Load() > 0 {
+			open.Add(-1)
+			return true
+		}
+		return false
+	}
+	order := make(chan string, 8)
+	keys := []string{"d", "a", "c", "b", "e", "h", "g", "f"}
+	for i, k := range keys {
+		go func() {
+			tk, _, err := q.WaitRequest(context.Background(), shed.Request{Key: k}, time.Time{}, take, func() {})
+			if err != nil {
+				t.Error(err)
+			}
+			tk.Done()
+			order <- k
+		}()
+		for q.Len() != i+1 {
+			runtime.Gosched()
+		}
+	}
+	var got []string
+	for range keys {
+		open.Add(1)
+		q.Notify()
+		got = append(got, <-order)
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("served %v, want the arrival order %v", got, keys)
+	}
+}

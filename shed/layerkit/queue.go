@@ -88,6 +88,7 @@ type WaitQueue struct {
 	fair   bool
 	weight func(shed.Request) float64
 	seed   maphash.Seed
+	seq    uint64 // waiters that ever joined; under mu
 
 	mu        sync.Mutex
 	levels    [shed.NumPriorities]level // by Priority.Index, lowest first
@@ -127,7 +128,9 @@ type waiter struct {
 	ready      chan struct{}
 	timer      shed.Timer
 
-	// Who asks and for how much, for the fair share (fair.go).
+	// Who asks and for how much, for the fair share (fair.go), and when
+	// it came (a count of the waiters that joined before it).
+	seq    uint64
 	key    string
 	hash   uint64
 	units  int64
@@ -352,7 +355,7 @@ func (q *WaitQueue) first(lifo bool) *waiter {
 		if lv.n == 0 {
 			continue
 		}
-		f := &lv.flows[lv.next()]
+		f := &lv.flows[lv.next(lifo)]
 		if lifo {
 			return f.list.tail
 		}
@@ -417,6 +420,8 @@ func (q *WaitQueue) push(w *waiter, now time.Time) {
 	if q.n.Load() == 0 {
 		q.busySince = now
 	}
+	q.seq++
+	w.seq = q.seq
 	q.levels[w.level].push(w, q.fair)
 	q.n.Add(1)
 }
