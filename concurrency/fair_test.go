@@ -58,27 +58,37 @@ func TestFairQueueServesTheLightClientFirst(t *testing.T) {
 	}
 	queued(t, l, 5)
 
-	// The next release goes to a light client, though heavy queued first.
+	// A light client is served within two releases, though heavy queued
+	// first: a client one grant ahead of the others may still be served
+	// in its turn (the plain queue's order among even clients), not two.
 	clock.Advance(10 * time.Millisecond)
 	held[1].Release(shed.Completed)
 	var ls shed.Lease
-	select {
-	case r := <-light:
-		ls = r.lease
-		if r.err != nil {
-			t.Fatal(r.err)
+	queuedHeavy := 3
+	for round := 0; ls.Ref == nil; round++ {
+		select {
+		case r := <-light:
+			ls = r.lease
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+		case r := <-light2:
+			ls = r.lease
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+		case r := <-waiting[round]:
+			if round > 0 || r.err != nil {
+				t.Fatalf("heavy's waiter %d granted (%v) before the light clients", round, r.err)
+			}
+			queuedHeavy--
+			clock.Advance(10 * time.Millisecond)
+			r.lease.Release(shed.Completed)
 		}
-	case r := <-light2:
-		ls = r.lease
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	case <-waiting[0]:
-		t.Fatal("heavy's oldest waiter was granted before the light clients")
 	}
 	top := l.TopClients(3)
-	if len(top) == 0 || top[0].Key != "heavy" || top[0].Queued != 3 {
-		t.Fatalf("TopClients: %+v, want heavy first, 3 queued", top)
+	if len(top) == 0 || top[0].Key != "heavy" || top[0].Queued != queuedHeavy {
+		t.Fatalf("TopClients: %+v, want heavy first, %d queued", top, queuedHeavy)
 	}
 	clients := 0.0
 	l.ReportGauges(func(g layerkit.Gauge) {

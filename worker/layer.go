@@ -397,8 +397,8 @@ func (l *Layer) Sheds(p shed.Priority) bool {
 // shedsArrival decides for a request arriving at shed level v: shed
 // outright below the marginal priority, by the client's part of the
 // marginal priority's requests within it (marginal.go).
-func (l *Layer) shedsArrival(v uint32, req *shed.Request) (why, bool) {
-	lo := uint32(req.Priority.Index()) * levelScale
+func (l *Layer) shedsArrival(v uint32, p shed.Priority, key string) (why, bool) {
+	lo := uint32(p.Index()) * levelScale
 	switch {
 	case v <= lo:
 		return 0, false
@@ -407,7 +407,7 @@ func (l *Layer) shedsArrival(v uint32, req *shed.Request) (why, bool) {
 	case l.marg == nil:
 		return overMargin, rand.Uint32()%levelScale < v-lo
 	}
-	return overMargin, l.marg.refuses(req.Key, v-lo)
+	return overMargin, l.marg.refuses(key, v-lo)
 }
 
 func sheds(v uint32, p shed.Priority) bool {
@@ -460,7 +460,7 @@ const (
 func (l *Layer) Acquire(ctx context.Context, req shed.Request) (shed.Lease, error) {
 	v := uint32(l.state.Load())
 	if v != 0 {
-		if w, out := l.shedsArrival(v, &req); out {
+		if w, out := l.shedsArrival(v, req.Priority, req.Key); out {
 			return l.over(ctx, req, w)
 		}
 	}

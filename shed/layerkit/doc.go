@@ -43,9 +43,10 @@
 // granted fewer of them. Priorities stay strict: a priority is served
 // only while none above it waits. When the queue is full, the newest
 // waiter of the client with the most waiters is refused, not a newcomer
-// with half as many or fewer. A service with one client is served as by a
-// plain WaitQueue, first in first out (or newest first under
-// AdaptiveLIFO).
+// with half as many or fewer. Clients even in their service (within one
+// grant's charge of the least served) are served in the order a plain
+// WaitQueue would serve them, first in first out (or newest first under
+// AdaptiveLIFO), and a service with one client is served exactly so.
 //
 // Memory is bounded as in Kubernetes' API Priority and Fairness: each
 // priority has FairQueues flows, and a client's key is dealt a hand of

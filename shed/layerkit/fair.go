@@ -25,8 +25,10 @@ import (
 //     average at the grant, corrected by Ticket.Done with the time the
 //     slot was actually held: seat-seconds), divided by the client's
 //     weight. Capacity goes to the flow of the highest priority that has
-//     had the least; a flow that starts waiting starts level with the
-//     flow served last, so that idling earns no credit.
+//     had the least (among flows within one grant of it, to the oldest
+//     waiter, or the newest under AdaptiveLIFO); a flow that starts
+//     waiting starts level with the flow served last, so that idling
+//     earns no credit.
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
@@ -180,18 +182,18 @@ func (lv *level) choose(h uint64) int {
 	return best
 }
 
-// next returns the flow to serve: of the non-empty flows within half a
+// next returns the flow to serve: of the non-empty flows within one
 // grant's charge of the least served in virtual time, the one whose
 // waiter is oldest (newest under LIFO). Clients even in their service are
 // so served in the order a plain queue would serve them, and a client
-// ahead of another by more than half a grant waits for it. The level must
+// ahead of another by more than a grant waits for it. The level must
 // not be empty.
 func (lv *level) next(lifo bool) int {
 	least := math.Inf(1)
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
 		least = min(least, lv.flows[bits.TrailingZeros64(m)].served)
 	}
-	bound := least + lv.hold/2
+	bound := least + lv.hold
 	best := -1
 	var bestSeq uint64
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -367,5 +368,28 @@ func TestFairEvenClientsInArrivalOrder(t *testing.T) {
 	}
 	if !slices.Equal(got, keys) {
 		t.Fatalf("served %v, want the arrival order %v", got, keys)
+	}
+}
+
+// A client with k keys counts as k clients: against one heavy client with
+// one key, a client spreading the same demand over 7 keys gets 7/8 of the
+// capacity.
+func TestFairManyKeysCountAsManyClients(t *testing.T) {
+	one := &simClient{key: "one", prio: shed.Default, rate: 3000, service: 10 * time.Millisecond}
+	many := &simClient{key: "many", prio: shed.Default, rate: 3000, service: 10 * time.Millisecond}
+	s := newFairSim(t, 10, Fairness{}, one, many)
+	s.mix = rand.New(rand.NewPCG(3, 4))
+	s.keyOf = func(c *simClient, n int) string {
+		if c == many {
+			return "many-" + strconv.Itoa(n%7)
+		}
+		return c.key
+	}
+	s.run(4*time.Second, time.Second)
+	w := 3 * time.Second
+	share := rate(many, w) / (rate(many, w) + rate(one, w))
+	t.Logf("served/s: one key %.0f, seven keys %.0f: share %.3f", rate(one, w), rate(many, w), share)
+	if share < 0.8 || share > 0.95 {
+		t.Fatalf("the client with 7 keys got %.3f of the capacity, want about 7/8", share)
 	}
 }
