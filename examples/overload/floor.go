@@ -34,8 +34,9 @@ import (
 
 // arrival is one offered request, as the floor sees it.
 type arrival struct {
-	at   time.Duration // since the flood began
-	prio shed.Priority
+	at     time.Duration // since the flood began
+	prio   shed.Priority
+	client int // its key's index; the floor tells clients apart when fair
 }
 
 // slowdown is a stretch of time when the service runs factor times slower
@@ -58,6 +59,12 @@ type floorModel struct {
 	// scheduler that sheds would never have given, and the p99 of
 	// everything answered would be the timeout's.
 	end time.Duration
+	// fair: within a priority, the floor shares the servers max-min fairly
+	// among the clients (fairLevel), as a perfect fair scheduler would;
+	// otherwise it treats every request as one client's, so that a
+	// scenario whose clients all ask alike is judged against the plain
+	// strict-priority scheduler.
+	fair bool
 }
 
 // queueOrder is which request of a priority the floor serves first.
@@ -106,16 +113,16 @@ func (m floorModel) simulate(arr []arrival, order queueOrder) []time.Duration {
 		lat[i] = -1
 	}
 	free := make([]time.Duration, max(1, m.servers)) // when each server comes free
-	// Waiting requests by priority index, as indexes into arr; head[p] is
-	// the oldest still waiting.
-	var queues [shed.NumPriorities][]int
-	var head [shed.NumPriorities]int
+	var levels [shed.NumPriorities]fairLevel
 	waiting := 0
 	next := 0 // the next arrival not yet queued
 	enqueue := func(until time.Duration) {
 		for ; next < len(arr) && arr[next].at <= until; next++ {
-			p := arr[next].prio.Index()
-			queues[p] = append(queues[p], next)
+			client := 0
+			if m.fair {
+				client = arr[next].client
+			}
+			levels[arr[next].prio.Index()].add(client, next)
 			waiting++
 		}
 	}
@@ -136,29 +143,28 @@ func (m floorModel) simulate(arr []arrival, order queueOrder) []time.Duration {
 			enqueue(now)
 		}
 		// The most important waiting request that can still be answered in
-		// time; the ones that cannot are dropped on the way.
+		// time, of the client owed the most; the ones that cannot are
+		// dropped on the way, costing their client nothing.
 		picked := -1
 		for p := shed.NumPriorities - 1; p >= 0 && picked < 0; p-- {
-			for head[p] < len(queues[p]) {
-				var i int
-				if order.oldestFirstFor(p) {
-					i = queues[p][head[p]]
-					head[p]++
-				} else {
-					i = queues[p][len(queues[p])-1]
-					queues[p] = queues[p][:len(queues[p])-1]
+			lv := &levels[p]
+			for picked < 0 {
+				q := lv.first()
+				if q == nil {
+					break
 				}
+				i := q.take(order.oldestFirstFor(p))
 				waiting--
 				done := now + m.serviceAt(now)
-				if done > arr[i].at+m.timeout {
-					continue
-				}
-				if m.end > 0 && done > m.end {
+				switch {
+				case done > arr[i].at+m.timeout:
+				case m.end > 0 && done > m.end:
 					lat[i] = cutByEnd
-					continue
+				default:
+					picked = i
+					lv.served(q)
 				}
-				picked = i
-				break
+				lv.settle(q)
 			}
 		}
 		if picked < 0 {
@@ -171,6 +177,96 @@ func (m floorModel) simulate(arr []arrival, order queueOrder) []time.Duration {
 	return lat
 }
 
+// fairLevel is one priority's waiting requests, by client, served max-min
+// fair: start-time fair queuing with every request costing the same (the
+// floor's service time). Each client waiting has a start tag, the virtual
+// time at which its next request is due; the client with the smallest is
+// served next and its tag moves on by one. A client that starts waiting
+// again begins at the level's virtual time (the tag of the request last
+// served), or at its own last finish if that is later: time it spent idle
+// earns it no credit, and a client asking less than its share is served
+// as soon as a server comes free. With one client it is that client's
+// queue, in the order asked.
+type fairLevel struct {
+	clients map[int]*clientQueue
+	active  []*clientQueue // the clients with requests waiting
+	virtual float64
+	seq     int // activations so far, to break ties by who came first
+}
+
+// clientQueue is one client's waiting requests at one priority, as
+// indexes into the arrivals.
+type clientQueue struct {
+	reqs          []int
+	head          int
+	start, finish float64
+	since         int // the activation that made it active
+}
+
+func (q *clientQueue) empty() bool { return q.head == len(q.reqs) }
+
+// take removes the oldest waiting request, or the newest.
+func (q *clientQueue) take(oldest bool) int {
+	if oldest {
+		q.head++
+		return q.reqs[q.head-1]
+	}
+	i := q.reqs[len(q.reqs)-1]
+	q.reqs = q.reqs[:len(q.reqs)-1]
+	return i
+}
+
+func (lv *fairLevel) add(client, i int) {
+	if lv.clients == nil {
+		lv.clients = map[int]*clientQueue{}
+	}
+	q := lv.clients[client]
+	if q == nil {
+		q = &clientQueue{}
+		lv.clients[client] = q
+	}
+	if q.empty() {
+		q.reqs, q.head = q.reqs[:0], 0
+		q.start = max(lv.virtual, q.finish)
+		lv.seq++
+		q.since = lv.seq
+		lv.active = append(lv.active, q)
+	}
+	q.reqs = append(q.reqs, i)
+}
+
+// first is the waiting client due first; nil when none waits.
+func (lv *fairLevel) first() *clientQueue {
+	var best *clientQueue
+	for _, q := range lv.active {
+		if best == nil || q.start < best.start || (q.start == best.start && q.since < best.since) {
+			best = q
+		}
+	}
+	return best
+}
+
+// served charges q for the request just taken from it.
+func (lv *fairLevel) served(q *clientQueue) {
+	lv.virtual = q.start
+	q.finish = q.start + 1
+	q.start = q.finish
+}
+
+// settle takes q off the active clients once it has nothing waiting.
+func (lv *fairLevel) settle(q *clientQueue) {
+	if !q.empty() {
+		return
+	}
+	for j, a := range lv.active {
+		if a == q {
+			lv.active[j] = lv.active[len(lv.active)-1]
+			lv.active = lv.active[:len(lv.active)-1]
+			return
+		}
+	}
+}
+
 // floorFigures are the floor's figures over the measured arrivals.
 type floorFigures struct {
 	criticalSuccess float64       // share of critical requests answered in time
@@ -178,6 +274,10 @@ type floorFigures struct {
 	criticalP99     time.Duration // of the critical requests answered
 	allP99          time.Duration // of every request answered
 	served, sent    int
+	// light is the light clients' figures by priority index, and
+	// [shed.NumPriorities] of them all, when the floor is fair (the
+	// tenant scenarios).
+	light [shed.NumPriorities + 1]classFigures
 }
 
 // floor simulates the queue orders over arr and keeps the best of each
@@ -190,7 +290,7 @@ func (m floorModel) floor(arr []arrival, from, measure time.Duration) (floorFigu
 	var fifo []time.Duration
 	for n, order := range []queueOrder{oldestFirst, newestFirst, criticalOldestFirst} {
 		lat := m.simulate(arr, order)
-		f := figuresOf(arr, lat, from, measure)
+		f := figuresOf(arr, lat, from, measure, m.fair)
 		if n == 0 {
 			best, fifo = f, lat
 			continue
@@ -204,13 +304,23 @@ func (m floorModel) floor(arr []arrival, from, measure time.Duration) (floorFigu
 		if f.allP99 > 0 && (best.allP99 == 0 || f.allP99 < best.allP99) {
 			best.allP99 = f.allP99
 		}
+		for i, c := range f.light {
+			b := &best.light[i]
+			b.success, b.served = max(b.success, c.success), max(b.served, c.served)
+			if c.p99 > 0 && (b.p99 == 0 || c.p99 < b.p99) {
+				b.p99 = c.p99
+			}
+		}
 	}
 	return best, fifo
 }
 
-func figuresOf(arr []arrival, lat []time.Duration, from, measure time.Duration) floorFigures {
+// figuresOf is the floor's figures for latencies lat of arr; with light,
+// the light clients' too.
+func figuresOf(arr []arrival, lat []time.Duration, from, measure time.Duration, light bool) floorFigures {
 	var f floorFigures
 	var crit, all []time.Duration
+	var lightLat [shed.NumPriorities + 1][]time.Duration
 	critSent := 0
 	for i, a := range arr {
 		if a.at < from || lat[i] == cutByEnd {
@@ -221,8 +331,19 @@ func figuresOf(arr []arrival, lat []time.Duration, from, measure time.Duration) 
 		if isCrit {
 			critSent++
 		}
+		isLight := light && a.client != heavyKey
+		if isLight {
+			f.light[a.prio.Index()].sent++
+			f.light[shed.NumPriorities].sent++
+		}
 		if lat[i] < 0 {
 			continue
+		}
+		if isLight {
+			for _, j := range []int{a.prio.Index(), shed.NumPriorities} {
+				f.light[j].served++
+				lightLat[j] = append(lightLat[j], lat[i])
+			}
 		}
 		f.served++
 		all = append(all, lat[i])
@@ -235,6 +356,12 @@ func figuresOf(arr []arrival, lat []time.Duration, from, measure time.Duration) 
 	}
 	f.goodput = float64(f.served) / measure.Seconds()
 	f.criticalP99, f.allP99 = percentile(crit, 0.99), percentile(all, 0.99)
+	for j := range f.light {
+		if c := &f.light[j]; c.sent > 0 {
+			c.success = float64(c.served) / float64(c.sent)
+			c.p99 = percentile(lightLat[j], 0.99)
+		}
+	}
 	return f
 }
 
@@ -242,7 +369,7 @@ func figuresOf(arr []arrival, lat []time.Duration, from, measure time.Duration) 
 func arrivalsOf(samples []sample) []arrival {
 	arr := make([]arrival, len(samples))
 	for i, s := range samples {
-		arr[i] = arrival{at: s.at, prio: s.prio}
+		arr[i] = arrival{at: s.at, prio: s.prio, client: s.key}
 	}
 	slices.SortStableFunc(arr, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 	return arr

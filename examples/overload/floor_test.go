@@ -16,10 +16,10 @@ func TestFloorServesByPriorityThenByOrder(t *testing.T) {
 	// One server, 2ms a request. A default request arrives first and runs
 	// at once; two critical requests and a sheddable one queue behind it.
 	arr := []arrival{
-		{0, shed.Default},
-		{ms1 / 2, shed.Critical},
-		{ms1, shed.Sheddable},
-		{3 * ms1 / 2, shed.Critical},
+		{0, shed.Default, 0},
+		{ms1 / 2, shed.Critical, 0},
+		{ms1, shed.Sheddable, 0},
+		{3 * ms1 / 2, shed.Critical, 0},
 	}
 	m := floorModel{servers: 1, service: 2 * ms1, timeout: time.Second}
 	// Oldest first: default 0-2, critical@0.5 2-4, critical@1.5 4-6,
@@ -42,7 +42,7 @@ func TestFloorServesByPriorityThenByOrder(t *testing.T) {
 func TestFloorUsesEveryServerAndTheSlowdown(t *testing.T) {
 	// Two servers of 30ms; four requests at once: two run at once, two
 	// wait 30ms. From 50ms on, the service is three times slower.
-	arr := []arrival{{0, shed.Default}, {0, shed.Default}, {0, shed.Default}, {0, shed.Default}, {50 * ms1, shed.Critical}, {200 * ms1, shed.Critical}}
+	arr := []arrival{{0, shed.Default, 0}, {0, shed.Default, 0}, {0, shed.Default, 0}, {0, shed.Default, 0}, {50 * ms1, shed.Critical, 0}, {200 * ms1, shed.Critical, 0}}
 	m := floorModel{servers: 2, service: 30 * ms1, timeout: time.Second, slow: []slowdown{{50 * ms1, 150 * ms1, 3}}}
 	// The critical request at 50ms starts at 60ms, when both servers come
 	// free, and takes 90ms; the one at 200ms runs at full speed again.
@@ -61,7 +61,7 @@ func TestFloorOfPoissonArrivalsIsTheQueueingFormula(t *testing.T) {
 	var at time.Duration
 	for len(arr) < 200_000 {
 		at += time.Duration(rng.ExpFloat64() / 250 * float64(time.Second))
-		arr = append(arr, arrival{at, shed.Default})
+		arr = append(arr, arrival{at, shed.Default, 0})
 	}
 	m := floorModel{servers: 1, service: 2 * ms1, timeout: time.Second}
 	var sum time.Duration
@@ -91,7 +91,7 @@ func TestFloorAtFiveTimesCapacity(t *testing.T) {
 		if at >= 11*time.Second {
 			break
 		}
-		arr = append(arr, arrival{at, pickPriority(rng)})
+		arr = append(arr, arrival{at, pickPriority(rng), 0})
 	}
 	m := floorModel{servers: 1, service: 2 * ms1, timeout: time.Second, end: 11 * time.Second}
 	f, _ := m.floor(arr, time.Second, 10*time.Second)
@@ -111,7 +111,7 @@ func TestFloorAtFiveTimesCapacity(t *testing.T) {
 	if f.allP99 < 5*ms1 || f.allP99 > 20*ms1 {
 		t.Errorf("p99 of all answered %s, want about the critical p99", f.allP99)
 	}
-	if fifo := figuresOf(arr, m.simulate(arr, oldestFirst), time.Second, 10*time.Second); fifo.allP99 < 500*ms1 {
+	if fifo := figuresOf(arr, m.simulate(arr, oldestFirst), time.Second, 10*time.Second, false); fifo.allP99 < 500*ms1 {
 		t.Errorf("oldest first, p99 of all answered %s: want most of the timeout", fifo.allP99)
 	}
 	// The same arrivals, the same floor: it depends on nothing else.

@@ -48,6 +48,7 @@ type sample struct {
 	res     result
 	latency time.Duration
 	at      time.Duration // when it was sent, since the flood began
+	key     int           // the client's, by index (loadClient.keyName)
 }
 
 // loadClient sends the demonstration's requests to one or more instances.
@@ -64,6 +65,9 @@ type loadClient struct {
 	// warm holds, per address, connections opened before the flood
 	// (openConns), handed to the transport as it asks for new ones.
 	warm map[string]chan warmConn
+	// keys are the API keys by index, when the traffic names them
+	// (traffic.keys); nil: client-00, client-01 and so on.
+	keys []string
 }
 
 // warmConn is a connection opened before the flood, and when.
@@ -163,7 +167,16 @@ func (c *loadClient) close() {
 	}
 }
 
-// do sends one request of priority p and reports its fate.
+// keyName is the API key of index key.
+func (c *loadClient) keyName(key int) string {
+	if key >= 0 && key < len(c.keys) {
+		return c.keys[key]
+	}
+	return fmt.Sprintf("client-%02d", key)
+}
+
+// do sends one request of priority p with the API key of index key and
+// reports its fate.
 func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
 	base := c.bases[int(c.next.Add(1))%len(c.bases)]
 	method, path := http.MethodGet, "/v1/charges"
@@ -177,9 +190,9 @@ func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, base+path+"?work="+c.work.String(), nil)
 	if err != nil {
-		return sample{prio: p, res: resError}
+		return sample{prio: p, res: resError, key: key}
 	}
-	req.Header.Set(api.KeyHeader, fmt.Sprintf("client-%02d", key))
+	req.Header.Set(api.KeyHeader, c.keyName(key))
 	if p == shed.TestMode {
 		req.Header.Set(api.TestModeHeader, "true")
 	}
@@ -187,31 +200,38 @@ func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
 	resp, err := c.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return sample{prio: p, res: resTimeout, latency: time.Since(start)}
+			return sample{prio: p, res: resTimeout, latency: time.Since(start), key: key}
 		}
-		return sample{prio: p, res: resError, latency: time.Since(start)}
+		return sample{prio: p, res: resError, latency: time.Since(start), key: key}
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	lat := time.Since(start)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return sample{prio: p, res: resTimeout, latency: lat}
+		return sample{prio: p, res: resTimeout, latency: lat, key: key}
 	case err != nil:
-		return sample{prio: p, res: resError, latency: lat}
+		return sample{prio: p, res: resError, latency: lat, key: key}
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return sample{prio: p, res: resOK, latency: lat}
+		return sample{prio: p, res: resOK, latency: lat, key: key}
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return sample{prio: p, res: resThrottle, latency: lat}
+		return sample{prio: p, res: resThrottle, latency: lat, key: key}
 	case resp.StatusCode == http.StatusServiceUnavailable:
-		return sample{prio: p, res: resShed, latency: lat}
+		return sample{prio: p, res: resShed, latency: lat, key: key}
 	}
-	return sample{prio: p, res: resError, latency: lat}
+	return sample{prio: p, res: resError, latency: lat, key: key}
 }
 
 // newRand is the generator's source of arrivals, priorities and keys: seeded,
 // so that two set-ups are offered the same sequence of requests.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+// pickMixed is the demonstration's usual traffic: a priority from the mix,
+// a key among numKeys.
+func pickMixed(r *rand.Rand) (shed.Priority, int) {
+	p := pickPriority(r)
+	return p, r.IntN(numKeys)
+}
 
 func pickPriority(r *rand.Rand) shed.Priority {
 	x := r.Float64()
@@ -258,9 +278,9 @@ const lateBy = 5 * time.Millisecond
 // and hides its collapse. At most maxInFlight requests are out at once; an
 // arrival beyond that is counted as a timeout without being sent, so the
 // generator stays bounded however slow the server gets. The changes are
-// applied at their times. It returns once every request has ended (within
-// the client timeout).
-func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64, changes []*change) flood {
+// applied at their times; pick draws each arrival's priority and key. It
+// returns once every request has ended (within the client timeout).
+func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure time.Duration, maxInFlight int, seed uint64, changes []*change, pick func(*rand.Rand) (shed.Priority, int)) flood {
 	rng := newRand(seed)
 	var (
 		mu       sync.Mutex
@@ -301,13 +321,12 @@ func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure
 			case <-time.After(d):
 			}
 		}
-		p := pickPriority(rng)
-		key := rng.IntN(numKeys)
+		p, key := pick(rng)
 		sent := time.Since(start)
 		lates = append(lates, sent-at)
 		if inFlight.Load() >= int64(maxInFlight) {
 			mu.Lock()
-			out = append(out, sample{prio: p, res: resTimeout, latency: c.timeout, at: sent})
+			out = append(out, sample{prio: p, res: resTimeout, latency: c.timeout, at: sent, key: key})
 			mu.Unlock()
 			continue
 		}

@@ -9,9 +9,11 @@
 //	go run ./examples/overload -scenario drop           # the downstream slows to a third mid-flood, then recovers
 //	go run ./examples/overload -scenario noisy          # another process takes part of the server's CPU mid-flood
 //	go run ./examples/overload -scenario mixed          # handlers waiting on a downstream pool, then burning CPU
-//	go run ./examples/overload -scenario all            # the five, one after the other
+//	go run ./examples/overload -scenario tenant         # one API key flooding against 50 light ones (tenant-io, tenant-cpu, tenant-critical)
+//	go run ./examples/overload -scenario all            # every scenario, one after the other
 //	go run ./examples/overload -quick                   # about 20 seconds
 //	go run ./examples/overload -redis 127.0.0.1:6379 -instances 3   # a fleet of three sharing Redis
+//	go run ./examples/overload -scenario tenant -results docs/results   # and write docs/results/overload.{md,json}
 //	go run ./examples/overload -watch 127.0.0.1:8090    # watch loadshed's server live at http://127.0.0.1:8090/debug/loadshed
 //
 // It starts the server as a process of its own with one CPU's worth of Go
@@ -25,6 +27,40 @@
 // loadshed's targets (saying when the machine was too busy for a step's
 // figures to be trusted), and draws goodput by priority against offered
 // load (SVG and PNG, in -out). docs/overload.md has the details.
+//
+// Refusing costs the server CPU whatever decides to refuse: reading the
+// request and answering it. Each scenario measures what one refusal costs
+// (a server pinned as the example server is, whose handler only writes a
+// 503, refusing 4,400 requests a second), and judges each step's goodput
+// against the bound its refusals leave: capacity × (1 − refusals per
+// second × that cost), printed beside it.
+//
+// The tenant scenarios ask whether one client's flood takes everyone
+// else's share. One API key (X-API-Key: heavy) offers 5×, 10× and 50× the
+// capacity; 50 others (light-01 to light-50) together offer 0.1× of it,
+// each far below its fair share; every request is GET /v1/charges, the
+// arrivals Poisson, the timeout 1 s, each step 8 s measured. tenant-io
+// runs them against 4 downstream connections of 40 ms, tenant-cpu
+// against 10 ms of CPU a request (both about 100 requests a second, so
+// that 50× is a pace the load generator keeps), and tenant-critical as
+// tenant-io with a tenth of every client's requests critical (POST
+// /v1/charges): from 10× on the heavy client's critical requests alone
+// fill the capacity. The floor there is strict priority with max-min
+// fairness within each priority, simulated on the same arrivals: the
+// client owed the most within the highest priority waiting is served
+// next (start-time fair queuing, each request costing the same), so
+// every light request is served at about the unloaded latency and the
+// heavy client gets all that the light ones leave; in the other scenarios,
+// whose 64 keys ask alike, the floor treats every request as one client's.
+// The targets there: the light clients served at least 99.9% and their p99
+// within 1.5× the floor's, at each priority whose light requests the
+// floor serves in full, and goodput at least 95% of the bound; the run
+// prints the light clients' figures, the heavy client's share and the
+// floor's.
+//
+// With -results DIR the run also writes each scenario's full table and
+// figures into DIR/overload.md and DIR/overload.json (date, machine,
+// commit, command), keeping the scenarios it did not run.
 package main
 
 import (
@@ -51,6 +87,7 @@ import (
 func main() {
 	serveIfChild()
 	burnIfNeighbour()
+	refuseIfChild()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -58,9 +95,15 @@ func main() {
 type options struct {
 	quick     bool
 	scenarios []string
-	steps     []float64
-	warmup    time.Duration // of each step, not measured
-	measure   time.Duration // of each step without a capacity change
+	// steps are the offered loads; without -steps (stepsSet), the tenant
+	// scenarios run their own (forScenario).
+	steps    []float64
+	stepsSet bool
+	warmup   time.Duration // of each step, not measured
+	measure  time.Duration // of each step without a capacity change
+	// measureSet: -step was given (otherwise the tenant scenarios measure
+	// tenantMeasure).
+	measureSet bool
 	// before, during and after are the measured phases of a step with a
 	// capacity change (drop, noisy): full capacity, less, full again.
 	before, during, after time.Duration
@@ -79,6 +122,11 @@ type options struct {
 	// serverBin, when set, is the server to run (a build of
 	// examples/server) instead of this binary.
 	serverBin string
+	// results, when set, is the directory of the generated results files
+	// (overload.md, overload.json) this run's scenarios are written into.
+	results string
+	// args are the command's arguments, for the results file.
+	args []string
 	// watch, when set, is the address loadshed's server listens on (the
 	// first instance's), so that its status page stays at one URL while
 	// each step starts a fresh server.
@@ -90,9 +138,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	scenarios := fs.String("scenario", scenarioCPU, "what kind of service to flood: "+strings.Join(scenarioNames, ", ")+", or all (comma-separated for several)")
-	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only, shorter steps")
-	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5)")
-	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s; -quick 1.5s)")
+	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only (tenant: 5× and 50×), shorter steps")
+	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5); tenant: the heavy client's (default 5,10,50; -quick: 5,50)")
+	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s, tenant 8s; -quick 1.5s, tenant 2s)")
 	phases := fs.String("phases", "", "drop and noisy: measured seconds at full capacity, with less, and at full capacity again (default 3s,3s,4s; -quick 1s,1.5s,2s)")
 	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "cpu, noisy: CPU each request burns on the server")
 	fs.IntVar(&o.pool, "pool", 4, "io, drop: the downstream's connections")
@@ -105,25 +153,28 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
 	fs.StringVar(&o.watch, "watch", "", "listen address of loadshed's server (e.g. 127.0.0.1:8090), to watch the flood live on its status page, /debug/loadshed; default a free port per step")
 	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
+	fs.StringVar(&o.results, "results", "", "also write each scenario's results into this directory's overload.md and overload.json (docs/results from the repository's root), keeping the other scenarios' there")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	o.args = args
 	for _, name := range strings.Split(*scenarios, ",") {
 		name = strings.TrimSpace(name)
-		if name == "all" {
+		switch {
+		case name == "all":
 			o.scenarios = append(o.scenarios, scenarioNames...)
-			continue
+		case name == scenarioTenant:
+			o.scenarios = append(o.scenarios, tenantScenarios...)
+		case slices.Contains(scenarioNames, name):
+			o.scenarios = append(o.scenarios, name)
+		default:
+			return o, fmt.Errorf("-scenario: unknown %q (want %s, %s or all)", name, strings.Join(scenarioNames, ", "), scenarioTenant)
 		}
-		if !slices.Contains(scenarioNames, name) {
-			return o, fmt.Errorf("-scenario: unknown %q (want %s or all)", name, strings.Join(scenarioNames, ", "))
-		}
-		o.scenarios = append(o.scenarios, name)
 	}
-	switch {
-	case *steps != "":
+	if *steps != "" {
 		for _, f := range strings.Split(*steps, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 			if err != nil || v <= 0 || v > 50 {
@@ -131,11 +182,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			}
 			o.steps = append(o.steps, v)
 		}
+	}
+	o.stepsSet = len(o.steps) > 0
+	switch {
+	case o.stepsSet:
 	case o.quick:
 		o.steps = []float64{1, 5}
 	default:
 		o.steps = []float64{0.5, 1, 2, 5, 10}
 	}
+	o.measureSet = o.measure != 0
 	if o.measure == 0 {
 		o.measure = 5 * time.Second
 		if o.quick {
@@ -204,6 +260,27 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// forScenario is o as scenario sc runs it: the tenant scenarios' own steps
+// and step length, unless given.
+func (o options) forScenario(sc scenario) options {
+	if sc.tenant == nil {
+		return o
+	}
+	if !o.stepsSet {
+		o.steps = tenantSteps
+		if o.quick {
+			o.steps = []float64{5, 50}
+		}
+	}
+	if !o.measureSet {
+		o.measure = tenantMeasure
+		if o.quick {
+			o.measure = 2 * time.Second
+		}
+	}
+	return o
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseOptions(args, stderr)
 	if err != nil {
@@ -240,12 +317,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		rep.printTables(stdout)
 		rep.printFloorTable(stdout)
+		rep.printTenantTable(stdout)
 		rep.printTargets(stdout)
 		if err := rep.save(dir); err != nil {
 			fmt.Fprintln(stderr, "overload:", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nchart: %s\n       %s\ntable: %s\n", filepath.Join(dir, "overload.svg"), filepath.Join(dir, "overload.png"), filepath.Join(dir, "overload.txt"))
+		// Each scenario as it ends: an interrupted run keeps those done.
+		if o.results != "" {
+			if err := writeResults(o.results, o.args, []*report{rep}); err != nil {
+				fmt.Fprintln(stderr, "overload:", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "results: %s\n         %s\n", filepath.Join(o.results, resultsMD), filepath.Join(o.results, resultsJSON))
+		}
 	}
 	return 0
 }
@@ -257,6 +343,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	if err != nil {
 		return nil, err
 	}
+	o = o.forScenario(sc)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("-out: %w", err)
 	}
@@ -380,6 +467,24 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			sc.change.about, rep.capacityChanged, 100*rep.capacityChanged/rep.capacity, o.before, o.before+o.during, measure)
 	}
 
+	// What a refusal costs the server's CPU, measured now, on this
+	// machine as it is: the bound of every step's goodput (refusal.go).
+	rounds, length := 2, 3*time.Second
+	if o.quick {
+		rounds, length = 1, time.Second
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "server-refuser.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	rep.refusalCost, err = measureRefusalCost(ctx, pin, logf, rounds, length)
+	logf.Close()
+	if err != nil {
+		return nil, fmt.Errorf("measuring what a refusal costs: %w", err)
+	}
+	fmt.Fprintf(stdout, "a refusal costs the server %s of CPU (net/http's least: a 503, %d a second over %d connections, the least of %d × %s); each goodput is judged against capacity × (1 − refusals/s × that)\n",
+		us(rep.refusalCost), refusalRate, refusalConns, rounds, length)
+
 	// Steps outer, set-ups inner: the set-ups compared at one load run
 	// within seconds of each other, so a machine whose other work comes and
 	// goes treats them alike.
@@ -419,9 +524,16 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	o, sc := rep.opts, rep.sc
 	bases := basesOf(servers)
 	offered := mult * rep.capacity
+	pick := pickMixed
+	if sc.tenant != nil {
+		offered, pick = sc.tenant.offered(mult, rep.capacity), sc.tenant.pick(mult)
+	}
 	maxConns := int(offered*o.timeout.Seconds()) + 64
 	c := newLoadClient(bases, sc.work, o.timeout, maxConns)
 	defer c.close()
+	if sc.tenant != nil {
+		c.keys = sc.tenant.keys()
+	}
 	if err := c.openConns(ctx, min(maxConns, int(offered*openConnsFor.Seconds()))); err != nil {
 		return step{}, err
 	}
@@ -455,7 +567,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	}
 	before := readCPUTimes(env.pin.serverCPU, pids...)
 	usage := sampleUsage(ctx, bases[0])
-	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes)
+	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
 	after := readCPUTimes(env.pin.serverCPU, pids...)
 	fleet := usage()
 	if ctx.Err() != nil {
@@ -475,7 +587,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	arr := arrivalsOf(fl.samples)
 	floorServers := sc.floorServers(kneeOf(rep.kneePoints))
 	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
-		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second))}
+		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
 	st.capacity = rep.capacity
 	critRate := offered * mix[shed.Critical]
 	criticalFitsChanged := critRate < rep.capacityChanged
@@ -499,6 +611,13 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
 	} else {
 		st.steady, st.unchanged = st.stats, st.stats
+	}
+	all := st.stats[shed.NumPriorities]
+	st.refusals = float64(all.counts[resThrottle]+all.counts[resShed]) / rep.measure.Seconds()
+	st.bound = goodputBound(st.capacity, st.refusals, rep.refusalCost)
+	if sc.tenant != nil {
+		t := summariseTenant(samples, rep.measure)
+		st.tenant = &t
 	}
 	return st, nil
 }

@@ -114,6 +114,13 @@ type server struct {
 // on the server CPU: bin when set (a build of examples/server), else this
 // binary. Its output goes to logw.
 func startServer(ctx context.Context, pin pinning, bin string, logw io.Writer, args ...string) (*server, error) {
+	return startChild(ctx, pin, bin, serveEnv+"=1", logw, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+}
+
+// startChild starts bin (this binary when "") with args and env (KEY=value)
+// as startServer does: it must print "listening on BASE" first and then
+// answer GET /healthz.
+func startChild(ctx context.Context, pin pinning, bin, env string, logw io.Writer, args ...string) (*server, error) {
 	self := bin
 	if self == "" {
 		var err error
@@ -122,14 +129,13 @@ func startServer(ctx context.Context, pin pinning, bin string, logw io.Writer, a
 			return nil, fmt.Errorf("overload: finding this program to run it as the server: %w", err)
 		}
 	}
-	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
 	var cmd *exec.Cmd
 	if pin.taskset != "" {
 		cmd = exec.Command(pin.taskset, append([]string{"-c", strconv.Itoa(pin.serverCPU), self}, args...)...)
 	} else {
 		cmd = exec.Command(self, args...)
 	}
-	cmd.Env = append(os.Environ(), serveEnv+"=1", "GOMAXPROCS=1")
+	cmd.Env = append(os.Environ(), env, "GOMAXPROCS=1")
 	cmd.Stderr = logw
 	setParentDeathSignal(cmd)
 	stdout, err := cmd.StdoutPipe()

@@ -19,14 +19,19 @@ import (
 )
 
 // The targets loadshed's default set-up must meet in every scenario, at
-// targetSteps × capacity (issue 22), judged against the floor on the same
-// arrivals.
+// targetSteps × capacity (tenantSteps in the tenant scenarios), judged
+// against the floor on the same arrivals; goodput against the bound the
+// step's refusals leave (goodputBound).
 const (
 	targetCriticalSuccess = 0.999 // critical success, at least, where critical demand alone fits
-	targetGoodput         = 0.95  // goodput, at least this share of the capacity
+	targetGoodput         = 0.95  // goodput, at least this share of the bound the refusals leave
 	targetCriticalP99     = 1.5   // critical p99, at most this many times the floor's
 	targetAllP99          = 2     // p99 of all admitted, at most this many times the floor's
 	targetHalfLoadRefused = 0.001 // at half load, at most this share not served
+	// The tenant scenarios': the light clients' (each below its fair
+	// share) served and p99 against the floor's.
+	targetLightSuccess = 0.999
+	targetLightP99     = 1.5
 )
 
 // targetSteps are the offered loads at which the overload targets apply.
@@ -59,6 +64,11 @@ type step struct {
 	// fleetUsage is the fleet layer's mean usage by priority index during
 	// the step, when the servers report it.
 	fleetUsage []float64
+	// refusals is the step's 429s and 503s per second; bound the most it
+	// could answer once they are paid for (goodputBound).
+	refusals, bound float64
+	// tenant is the figures by client, in the tenant scenarios.
+	tenant *tenantStats
 }
 
 // report is a whole run of one scenario.
@@ -81,6 +91,13 @@ type report struct {
 	steps                 []step
 	started               time.Time
 	loadBefore, loadAfter string
+	// refusalCost is the server's CPU per refusal, measured in the run
+	// (refusal.go).
+	refusalCost time.Duration
+}
+
+func us(d time.Duration) string {
+	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
 }
 
 func ms(d time.Duration) string {
@@ -111,10 +128,15 @@ func ratio(a, b time.Duration) string {
 // progressLine is the line printed as each step ends.
 func (s step) progressLine() string {
 	all, crit := s.stats[shed.NumPriorities], s.stats[shed.Critical.Index()]
-	line := fmt.Sprintf("%-11s %4.1f× %5.0f/s: ok %-6s critical ok %-6s shed %5d  timeouts %5d  p99 %-8s goodput %4.0f/s (%s of capacity)  critical p99 %s of the floor's, all %s",
+	line := fmt.Sprintf("%-11s %4.1f× %5.0f/s: ok %-6s critical ok %-6s shed %5d  timeouts %5d  p99 %-8s goodput %4.0f/s (%s of capacity, %s of the bound %.0f/s)  critical p99 %s of the floor's, all %s",
 		s.setup, s.mult, s.offered, pct(all.successRate()), pct(crit.successRate()),
 		all.counts[resThrottle]+all.counts[resShed], all.counts[resTimeout]+all.counts[resError], ms(all.p99), all.goodput,
-		pct(all.goodput/s.capacity), ratio(crit.p99, s.floor.criticalP99), ratio(all.p99, s.floor.allP99))
+		pct(all.goodput/s.capacity), pct(all.goodput/s.bound), s.bound, ratio(crit.p99, s.floor.criticalP99), ratio(all.p99, s.floor.allP99))
+	if t := s.tenant; t != nil {
+		l, fl := t.light[shed.NumPriorities], s.floor.light[shed.NumPriorities]
+		line += fmt.Sprintf("; light clients served %s (the floor %s), p99 %s of the floor's; heavy share %s",
+			pct(l.successRate()), pct(fl.success), ratio(l.p99, fl.p99), pct(t.heavyShare))
+	}
 	for _, r := range s.recoveries {
 		line += fmt.Sprintf("; back %s after the change at %.2fs", backString(r.back), r.at.Seconds())
 	}
@@ -138,7 +160,7 @@ func (r *report) printTables(w io.Writer) {
 	for _, setup := range r.opts.setups {
 		fmt.Fprintf(w, "\n%s\n", r.setupTitle(setup))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\t"
+		head := "load\toffered/s\tpriority\tsent\tsuccess\t429\t503\ttimeout\terror\tp50\tp99\tgoodput/s\tbound/s\t"
 		if fleet {
 			head += "fleet in flight\t"
 		}
@@ -157,9 +179,13 @@ func (r *report) printTables(w io.Writer) {
 				if i == shed.NumPriorities {
 					load, offered = fmt.Sprintf("%.1f×", s.mult), fmt.Sprintf("%.0f", s.offered)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t",
+				bound := ""
+				if i == shed.NumPriorities {
+					bound = fmt.Sprintf("%.0f", s.bound)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t%s\t",
 					load, offered, name, st.sent, pct(st.successRate()), st.counts[resThrottle], st.counts[resShed],
-					st.counts[resTimeout], st.counts[resError], ms(st.p50), ms(st.p99), st.goodput)
+					st.counts[resTimeout], st.counts[resError], ms(st.p50), ms(st.p99), st.goodput, bound)
 				if fleet {
 					if s.fleetUsage != nil && i < shed.NumPriorities {
 						fmt.Fprintf(tw, "%.1f\t", s.fleetUsage[i])
@@ -252,15 +278,16 @@ func (r *report) targets() []verdict {
 			add(fmt.Sprintf("not served ≤ %.1f%%", 100*targetHalfLoadRefused), share <= targetHalfLoadRefused,
 				fmt.Sprintf("%d of %d (%.2f%%)", notServed, half.sent, 100*share))
 		}
-		if slices.Contains(targetSteps, s.mult) {
+		if r.sc.tenant != nil {
+			if slices.Contains(tenantSteps, s.mult) {
+				r.tenantTargets(s, add)
+			}
+		} else if slices.Contains(targetSteps, s.mult) {
 			if s.mult*mix[shed.Critical] < 1 {
 				add(fmt.Sprintf("critical success ≥ %.1f%%", 100*targetCriticalSuccess), crit.sent > 0 && crit.successRate() >= targetCriticalSuccess,
 					fmt.Sprintf("%s (%d of %d)", pct(crit.successRate()), crit.counts[resOK], crit.sent))
 			}
-			// One decimal: 126.6/s against a target of 126.7/s must not
-			// read as 127/s against 127/s.
-			add(fmt.Sprintf("goodput ≥ %.0f%% of capacity (%.1f/s)", 100*targetGoodput, targetGoodput*s.capacity), all.goodput >= targetGoodput*s.capacity,
-				fmt.Sprintf("%.1f/s (%s)", all.goodput, pct(all.goodput/s.capacity)))
+			r.goodputTarget(s, add)
 			critAll := s.stats[shed.Critical.Index()]
 			add(fmt.Sprintf("critical p99 ≤ %.1f× the floor's (%s)", targetCriticalP99, ms(s.floor.criticalP99)),
 				critAll.counts[resOK] > 0 && float64(critAll.p99) <= targetCriticalP99*float64(s.floor.criticalP99),
@@ -275,6 +302,44 @@ func (r *report) targets() []verdict {
 		}
 	}
 	return out
+}
+
+// goodputTarget judges a step's goodput against the bound its refusals
+// leave (goodputBound).
+func (r *report) goodputTarget(s step, add func(string, bool, string)) {
+	all := s.stats[shed.NumPriorities]
+	// One decimal: 126.6/s against a target of 126.7/s must not read as
+	// 127/s against 127/s.
+	add(fmt.Sprintf("goodput ≥ %.0f%% of the bound (%.1f/s)", 100*targetGoodput, targetGoodput*s.bound), all.goodput >= targetGoodput*s.bound,
+		fmt.Sprintf("%.1f/s (%s of the bound %.1f/s: %.0f/s × (1 − %.0f refusals/s × %s))", all.goodput, pct(all.goodput/s.bound), s.bound, s.capacity, s.refusals, us(r.refusalCost)))
+}
+
+// tenantTargets judges a tenant step: the light clients served and their
+// p99 against the floor's, at each priority they sent whose requests the
+// floor serves all of (each light client below its fair share there; in
+// tenant-critical from 10× on the heavy client's critical requests leave
+// default ones nothing, in the floor too), and goodput.
+func (r *report) tenantTargets(s step, add func(string, bool, string)) {
+	t := s.tenant
+	for _, i := range lightPriorities(*t) {
+		if i == shed.NumPriorities {
+			continue // judged by priority
+		}
+		got, fl := t.light[i], s.floor.light[i]
+		name := "light clients"
+		if len(lightPriorities(*t)) > 1 {
+			name += " (" + priorityName(i) + ")"
+		}
+		if fl.success < targetLightSuccess {
+			continue // the tenant table shows it
+		}
+		add(fmt.Sprintf("%s served ≥ %.1f%%", name, 100*targetLightSuccess), got.sent > 0 && got.successRate() >= targetLightSuccess,
+			fmt.Sprintf("%s (%d of %d)", pct(got.successRate()), got.counts[resOK], got.sent))
+		add(fmt.Sprintf("%s p99 ≤ %.1f× the floor's (%s)", name, targetLightP99, ms(fl.p99)),
+			got.counts[resOK] > 0 && float64(got.p99) <= targetLightP99*float64(fl.p99),
+			fmt.Sprintf("%s (%s)", ms(got.p99), ratio(got.p99, fl.p99)))
+	}
+	r.goodputTarget(s, add)
 }
 
 func backString(d time.Duration) string {
@@ -310,7 +375,7 @@ func (r *report) printTargets(w io.Writer) {
 func (r *report) printFloorTable(w io.Writer) {
 	fmt.Fprintf(w, "\nagainst the floor (a perfect strict-priority scheduler with no overhead, on the same arrivals), scenario %s\n", r.sc.name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set-up\tload\tcritical ok\tgoodput (of capacity)\tcritical p99\t× floor\tall p99\t× floor\tnot served\tback after changes\tserver CPU\tother on its CPU\tlate sends\t")
+	fmt.Fprintln(tw, "set-up\tload\tcritical ok\tgoodput (of capacity)\trefusals/s\tbound/s\tof the bound\tcritical p99\t× floor\tall p99\t× floor\tnot served\tback after changes\tserver CPU\tother on its CPU\tlate sends\t")
 	for _, s := range r.steps {
 		crit, all := s.stats[shed.Critical.Index()], s.stats[shed.NumPriorities]
 		var back []string
@@ -321,13 +386,13 @@ func (r *report) printFloorTable(w io.Writer) {
 		if s.quiet.known {
 			cpu, other = fmt.Sprintf("%.0f%%", 100*s.quiet.serverCPU), fmt.Sprintf("%.1f%%", 100*s.quiet.foreign)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f×\t%s\t%.0f/s (%s)\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t\n",
-			s.setup, s.mult, pct(crit.successRate()), all.goodput, pct(all.goodput/s.capacity),
+		fmt.Fprintf(tw, "%s\t%.1f×\t%s\t%.0f/s (%s)\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t\n",
+			s.setup, s.mult, pct(crit.successRate()), all.goodput, pct(all.goodput/s.capacity), s.refusals, s.bound, pct(all.goodput/s.bound),
 			ms(crit.p99), ratio(crit.p99, s.floor.criticalP99), ms(all.p99), ratio(all.p99, s.floor.allP99),
 			all.sent-all.counts[resOK], strings.Join(back, " "), cpu, other, 100*s.quiet.late)
 		if s.setup == r.opts.setups[len(r.opts.setups)-1] {
 			f := s.floor
-			fmt.Fprintf(tw, "floor\t%.1f×\t%s\t%.0f/s (%s)\t%s\t\t%s\t\t%d\t\t\t\t\t\n",
+			fmt.Fprintf(tw, "floor\t%.1f×\t%s\t%.0f/s (%s)\t\t\t\t%s\t\t%s\t\t%d\t\t\t\t\t\n",
 				s.mult, pct(f.criticalSuccess), f.goodput, pct(f.goodput/s.capacity), ms(f.criticalP99), ms(f.allP99), f.sent-f.served)
 		}
 	}
@@ -374,12 +439,15 @@ type jsonReport struct {
 	Machine  string `json:"machine"`
 	Scenario string `json:"scenario"`
 	// LoadAverage is /proc/loadavg's three figures before and after.
-	LoadAverage     [2]string  `json:"load_average"`
-	Capacity        float64    `json:"capacity_per_second"`
-	CapacityChanged float64    `json:"capacity_changed_per_second,omitempty"`
-	UnloadedP50     float64    `json:"unloaded_p50_ms"`
-	UnloadedP99     float64    `json:"unloaded_p99_ms"`
-	Steps           []jsonStep `json:"steps"`
+	LoadAverage     [2]string `json:"load_average"`
+	Capacity        float64   `json:"capacity_per_second"`
+	CapacityChanged float64   `json:"capacity_changed_per_second,omitempty"`
+	UnloadedP50     float64   `json:"unloaded_p50_ms"`
+	UnloadedP99     float64   `json:"unloaded_p99_ms"`
+	// RefusalCost is the server's CPU per refusal, measured in the run:
+	// the goodput bound's.
+	RefusalCost float64    `json:"refusal_cost_us"`
+	Steps       []jsonStep `json:"steps"`
 	// TargetsMet: every target passed; TargetsUnsure: some failed, on
 	// steps whose machine was too busy to trust.
 	TargetsMet     *bool    `json:"targets_met,omitempty"`
@@ -406,6 +474,28 @@ type jsonStep struct {
 	ListenOverflows int64  `json:"listen_overflows,omitempty"`
 	Trusted         bool   `json:"trusted"`
 	Untrusted       string `json:"untrusted_because,omitempty"`
+	// Refusals is the step's 429s and 503s per second; GoodputBound the
+	// capacity they leave, capacity × (1 − refusals × the refusal cost).
+	Refusals     float64 `json:"refusals_per_second"`
+	GoodputBound float64 `json:"goodput_bound_per_second"`
+	// Tenant has the tenant scenarios' figures by client.
+	Tenant *jsonTenant `json:"tenant,omitempty"`
+}
+
+// jsonTenant is a tenant step's figures by client: the light clients'
+// (by priority's word and "all") and the heavy one's, and the floor's for
+// the light ones.
+type jsonTenant struct {
+	Light      map[string]jsonStats `json:"light"`
+	Heavy      jsonStats            `json:"heavy"`
+	HeavyShare float64              `json:"heavy_share_of_goodput"`
+	FloorLight map[string]jsonClass `json:"floor_light"`
+}
+
+type jsonClass struct {
+	Sent    int     `json:"sent"`
+	Success float64 `json:"success_rate"`
+	P99     float64 `json:"p99_ms"`
 }
 
 type jsonFloor struct {
@@ -429,11 +519,17 @@ type jsonStats struct {
 	FleetInFlight *float64 `json:"fleet_in_flight,omitempty"`
 }
 
+func statsJSON(st stepStats) jsonStats {
+	return jsonStats{Sent: st.sent, Success: st.successRate(), Throttle: st.counts[resThrottle], Shed: st.counts[resShed],
+		Timeout: st.counts[resTimeout], Errors: st.counts[resError], P50: msFloat(st.p50), P99: msFloat(st.p99), Goodput: st.goodput}
+}
+
 func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *report) json() jsonReport {
 	out := jsonReport{Machine: r.machine(), Scenario: r.sc.name, LoadAverage: [2]string{r.loadBefore, r.loadAfter},
-		Capacity: r.capacity, UnloadedP50: msFloat(r.unloadedP50), UnloadedP99: msFloat(r.unloadedP99)}
+		Capacity: r.capacity, UnloadedP50: msFloat(r.unloadedP50), UnloadedP99: msFloat(r.unloadedP99),
+		RefusalCost: float64(r.refusalCost) / float64(time.Microsecond)}
 	if r.sc.change != nil {
 		out.CapacityChanged = r.capacityChanged
 	}
@@ -449,6 +545,17 @@ func (r *report) json() jsonReport {
 			CriticalP99Ratio: ratioOf(s.stats[shed.Critical.Index()].p99, s.floor.criticalP99),
 			AllP99Ratio:      ratioOf(s.stats[shed.NumPriorities].p99, s.floor.allP99)}
 		js.Trusted, js.Untrusted = r.trusted(s)
+		js.Refusals, js.GoodputBound = s.refusals, s.bound
+		if t := s.tenant; t != nil {
+			jt := &jsonTenant{Light: map[string]jsonStats{}, FloorLight: map[string]jsonClass{}, HeavyShare: t.heavyShare,
+				Heavy: statsJSON(t.heavy[shed.NumPriorities])}
+			for _, i := range append(lightPriorities(*t), shed.NumPriorities) {
+				jt.Light[priorityName(i)] = statsJSON(t.light[i])
+				f := s.floor.light[i]
+				jt.FloorLight[priorityName(i)] = jsonClass{Sent: f.sent, Success: f.success, P99: msFloat(f.p99)}
+			}
+			js.Tenant = jt
+		}
 		js.ListenOverflows = s.quiet.overflows
 		for _, rc := range s.recoveries {
 			js.RecoverySeconds = append(js.RecoverySeconds, rc.back.Seconds())
@@ -458,8 +565,7 @@ func (r *report) json() jsonReport {
 			if i < shed.NumPriorities {
 				name = shed.Priorities()[i].String()
 			}
-			x := jsonStats{Sent: st.sent, Success: st.successRate(), Throttle: st.counts[resThrottle], Shed: st.counts[resShed],
-				Timeout: st.counts[resTimeout], Errors: st.counts[resError], P50: msFloat(st.p50), P99: msFloat(st.p99), Goodput: st.goodput}
+			x := statsJSON(st)
 			if s.fleetUsage != nil && i < shed.NumPriorities {
 				x.FleetInFlight = &s.fleetUsage[i]
 			}
@@ -481,19 +587,7 @@ func (r *report) json() jsonReport {
 
 // save writes the table, the figures and the chart into dir.
 func (r *report) save(dir string) error {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\n%s\n", time.Now().UTC().Format(time.RFC3339), r.machine())
-	fmt.Fprintf(&b, "scenario %s: %s\nload average %s before, %s after\n", r.sc.name, r.sc.about, r.loadBefore, r.loadAfter)
-	fmt.Fprintf(&b, "capacity %.0f requests/s; unloaded latency p50 %s, p99 %s; timeout %s; steps %s warm-up + %s measured\n",
-		r.capacity, ms(r.unloadedP50), ms(r.unloadedP99), r.opts.timeout, r.opts.warmup, r.measure)
-	if r.sc.change != nil {
-		fmt.Fprintf(&b, "with %s: capacity %.0f requests/s, from %s to %s of each step's measured time\n",
-			r.sc.change.about, r.capacityChanged, r.opts.before, r.opts.before+r.opts.during)
-	}
-	r.printTables(&b)
-	r.printFloorTable(&b)
-	r.printTargets(&b)
-	if err := os.WriteFile(filepath.Join(dir, "overload.txt"), b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "overload.txt"), r.text(), 0o644); err != nil {
 		return err
 	}
 	j, err := json.MarshalIndent(r.json(), "", "  ")
@@ -504,4 +598,23 @@ func (r *report) save(dir string) error {
 		return err
 	}
 	return r.chart(dir, "scenario "+r.sc.name+"; "+strings.TrimSpace(r.machine()))
+}
+
+// text is the run's full table, as overload.txt has it.
+func (r *report) text() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\n%s\n", time.Now().UTC().Format(time.RFC3339), r.machine())
+	fmt.Fprintf(&b, "scenario %s: %s\nload average %s before, %s after\n", r.sc.name, r.sc.about, r.loadBefore, r.loadAfter)
+	fmt.Fprintf(&b, "capacity %.0f requests/s; unloaded latency p50 %s, p99 %s; timeout %s; steps %s warm-up + %s measured\n",
+		r.capacity, ms(r.unloadedP50), ms(r.unloadedP99), r.opts.timeout, r.opts.warmup, r.measure)
+	fmt.Fprintf(&b, "a refusal costs the server %s of CPU (measured in the run): each goodput is judged against capacity × (1 − refusals/s × that)\n", us(r.refusalCost))
+	if r.sc.change != nil {
+		fmt.Fprintf(&b, "with %s: capacity %.0f requests/s, from %s to %s of each step's measured time\n",
+			r.sc.change.about, r.capacityChanged, r.opts.before, r.opts.before+r.opts.during)
+	}
+	r.printTables(&b)
+	r.printFloorTable(&b)
+	r.printTenantTable(&b)
+	r.printTargets(&b)
+	return b.Bytes()
 }

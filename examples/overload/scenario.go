@@ -28,6 +28,9 @@ type scenario struct {
 	latency time.Duration
 	// change, when set, takes capacity away mid-flood and gives it back.
 	change *capacityChange
+	// tenant, when set, is the traffic of one heavy client against many
+	// light ones (tenant.go) instead of the usual mix of 64 alike.
+	tenant *tenantTraffic
 }
 
 // capacityChange is a stretch of a flood during which the service has
@@ -56,9 +59,17 @@ const (
 	scenarioDrop  = "drop"
 	scenarioNoisy = "noisy"
 	scenarioMixed = "mixed"
+	// The tenant scenarios, "tenant" for the three.
+	scenarioTenant         = "tenant"
+	scenarioTenantIO       = "tenant-io"
+	scenarioTenantCPU      = "tenant-cpu"
+	scenarioTenantCritical = "tenant-critical"
 )
 
-var scenarioNames = []string{scenarioCPU, scenarioIO, scenarioDrop, scenarioNoisy, scenarioMixed}
+var scenarioNames = []string{scenarioCPU, scenarioIO, scenarioDrop, scenarioNoisy, scenarioMixed, scenarioTenantIO, scenarioTenantCPU, scenarioTenantCritical}
+
+// tenantScenarios are the scenarios -scenario tenant runs.
+var tenantScenarios = []string{scenarioTenantIO, scenarioTenantCPU, scenarioTenantCritical}
 
 // mixedPool is the downstream's connections in the mixed scenario: with
 // 30ms calls and 2ms of CPU a request, the pool alone (533/s) and the CPU
@@ -93,6 +104,15 @@ func newScenario(name string, o options) (scenario, error) {
 	case scenarioMixed:
 		return scenario{name: name, work: o.work, pool: mixedPool, latency: o.latency,
 			about: fmt.Sprintf("mixed: each request holds one of %d downstream connections for %s, then burns %s of the server's one CPU", mixedPool, o.latency, o.work)}, nil
+	case scenarioTenantIO:
+		return scenario{name: name, pool: o.pool, latency: tenantLatency, tenant: &tenantTraffic{},
+			about: fmt.Sprintf("one client's flood: each request holds one of %d downstream connections for %s, one API key at the step's multiple of capacity, %d others together at %.1f×, every request GET /v1/charges", o.pool, tenantLatency, lightKeys, lightLoad)}, nil
+	case scenarioTenantCPU:
+		return scenario{name: name, work: tenantWork, tenant: &tenantTraffic{},
+			about: fmt.Sprintf("one client's flood: each request burns %s of the server's one CPU, one API key at the step's multiple of capacity, %d others together at %.1f×, every request GET /v1/charges", tenantWork, lightKeys, lightLoad)}, nil
+	case scenarioTenantCritical:
+		return scenario{name: name, pool: o.pool, latency: tenantLatency, tenant: &tenantTraffic{critical: tenantCritical},
+			about: fmt.Sprintf("one client's flood, partly critical: as tenant-io, but %.0f%% of every client's requests critical (POST /v1/charges), the heavy one's too", 100*tenantCritical)}, nil
 	}
 	return scenario{}, fmt.Errorf("unknown scenario %q (want %s)", name, strings.Join(scenarioNames, ", "))
 }
