@@ -430,7 +430,7 @@ func TestSoftModeErrors(t *testing.T) {
 }
 
 // A limit in shadow mode is never the one the RateLimit fields name, even
-// when it is the tightest or over (issue 24's bug, in the service): a
+// when it is the tightest or over: a
 // client honouring the fields would slow down to a limit nobody enforces.
 func TestResponseHeadersLeaveOutShadowLimits(t *testing.T) {
 	s, _ := testServer(t, Config{RateLimitHeaders: true, LegacyHeaders: true}, "api.yaml")

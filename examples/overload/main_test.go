@@ -74,7 +74,7 @@ func TestQuickRun(t *testing.T) {
 // of four downstream connections, the CPU nearly idle) at 5× for a few
 // seconds: the same default set-up that protects the CPU-bound service
 // must get more critical requests through than no protection here too,
-// where a defence watching the CPU alone never sheds (issue 22: 0%).
+// where a defence watching the CPU alone never sheds (it served no critical request there).
 func TestQuickRunIO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demonstration for about 10 seconds")
