@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -157,6 +160,49 @@ func BenchmarkRedis(b *testing.B) {
 					ls, err := r.Acquire(ctx, req)
 					if err != nil {
 						b.Error(err)
+						return
+					}
+					ls.Release(shed.Completed)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkRedisPipelineHook is BenchmarkRedis's parallel acquire and
+// release with and without redisx.Pipeline on the client (its scripts sent
+// in batches by two flushers); compare with benchstat -col /pipeline.
+func BenchmarkRedisPipelineHook(b *testing.B) {
+	ctx := context.Background()
+	for _, pipelined := range []bool{false, true} {
+		name := "overall+per-key/pipeline=off"
+		if pipelined {
+			name = "overall+per-key/pipeline=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			redistest.Client(b) // skips without a server
+			opt := redistest.Options(b)
+			opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+			c := redis.NewClient(opt)
+			b.Cleanup(func() { c.Close() })
+			if pipelined {
+				b.Cleanup(redisx.Pipeline(c, 2))
+			}
+			r := mustNewRedis(b, c, RedisConfig{Config: Config{Limit: 1 << 40, PerKey: 1 << 40}, Prefix: redistest.Prefix(b),
+				ExpectedInstances: 1, Timeout: time.Second})
+			req := shed.Request{Key: "client-42"}
+			b.ReportAllocs()
+			b.SetParallelism(16) // requests wait on the network, not the CPU
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					ls, err := r.Acquire(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if ls.Fallback {
+						b.Error("fell back")
 						return
 					}
 					ls.Release(shed.Completed)
