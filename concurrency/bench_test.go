@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -163,5 +166,66 @@ func BenchmarkRedis(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkRedisPipelineHook is BenchmarkRedis's acquire and release
+// (overall and per key), serial and parallel, with and without
+// redisx.Pipeline on the client (its scripts sent in batches by two
+// flushers); compare with benchstat -col /pipeline.
+func BenchmarkRedisPipelineHook(b *testing.B) {
+	ctx := context.Background()
+	req := shed.Request{Key: "client-42"}
+	for _, parallel := range []bool{false, true} {
+		for _, pipelined := range []bool{false, true} {
+			name := "serial"
+			if parallel {
+				name = "parallel"
+			}
+			if pipelined {
+				name += "/pipeline=on"
+			} else {
+				name += "/pipeline=off"
+			}
+			b.Run(name, func(b *testing.B) {
+				redistest.Client(b) // skips without a server
+				opt := redistest.Options(b)
+				opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+				c := redis.NewClient(opt)
+				b.Cleanup(func() { c.Close() })
+				if pipelined {
+					b.Cleanup(redisx.Pipeline(c, 2))
+				}
+				r := mustNewRedis(b, c, RedisConfig{Config: Config{Limit: 1 << 40, PerKey: 1 << 40}, Prefix: redistest.Prefix(b),
+					ExpectedInstances: 1, Timeout: time.Second})
+				b.ReportAllocs()
+				if !parallel {
+					for b.Loop() {
+						ls, err := r.Acquire(ctx, req)
+						if err != nil || ls.Fallback {
+							b.Fatal(err, ls.Fallback)
+						}
+						ls.Release(shed.Completed)
+					}
+					return
+				}
+				b.SetParallelism(16) // requests wait on the network, not the CPU
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						ls, err := r.Acquire(ctx, req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if ls.Fallback {
+							b.Error("fell back")
+							return
+						}
+						ls.Release(shed.Completed)
+					}
+				})
+			})
+		}
 	}
 }

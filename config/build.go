@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
 )
@@ -190,14 +191,28 @@ func (b *builder) redis() (redis.UniversalClient, string, error) {
 	}
 	key := fmt.Sprintf("redis %+v", *r)
 	v, err := b.part(key, func() (any, func() error, error) {
-		c := redis.NewUniversalClient(r.options())
-		return c, c.Close, nil
+		o := r.options()
+		if len(o.Addrs) != 1 || o.MasterName != "" {
+			c := redis.NewUniversalClient(o)
+			return c, c.Close, nil
+		}
+		// A single node's client sends the layers' concurrent scripts in
+		// batches, one write and one read for many: under load each
+		// decision costs less than its own round trip.
+		o.MaxRetries = -1 // a batch re-sent would run its scripts twice
+		c := redis.NewUniversalClient(o)
+		stop := redisx.Pipeline(c, redisFlushers)
+		return c, func() error { stop(); return c.Close() }, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	return v.(redis.UniversalClient), key, nil
 }
+
+// redisFlushers is how many batches of scripts a single node's client has
+// in flight at once, as loadshed serve's default.
+const redisFlushers = 4
 
 // Defaults of the redis section.
 const (

@@ -6,6 +6,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +169,44 @@ func TestFleetSectionSharesCapacity(t *testing.T) {
 	}
 	if a.Current().Chain.Layers()[0] != fleetLayer {
 		t.Error("a reload that left the fleet section alone built a new fleet layer")
+	}
+}
+
+// A single node's client sends concurrent scripts in batches: each
+// decision still runs exactly once and gets its own answer.
+func TestRedisSingleNodeCountsConcurrentDecisionsExactly(t *testing.T) {
+	redistest.Client(t) // skips, or fails under scripts/test.sh, without a server
+	prefix := redistest.Prefix(t)
+	const limit, goroutines, each = 50, 32, 4
+	b := mustBuild(t, fmt.Sprintf(`
+redis:
+  addr: %s
+  timeout: 5s
+layers:
+  - ratelimit:
+      store: redis
+      prefix: "%srl:"
+      descriptors:
+        - key: key
+          rate_limit: {unit: day, requests_per_unit: %d, algorithm: fixed-window}
+`, redistest.Addr(t), prefix, limit), Options{})
+	var admitted, rejected atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := b.Chain.Do(context.Background(), shed.Request{Key: "same"}, ok); err != nil {
+					rejected.Add(1)
+				} else {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != limit || rejected.Load() != goroutines*each-limit {
+		t.Fatalf("%d admitted and %d rejected of %d, want exactly %d admitted", admitted.Load(), rejected.Load(), goroutines*each, limit)
 	}
 }

@@ -37,7 +37,9 @@ func (f *File) Warnings() Errors { return f.warnings }
 
 // Redis is the connection to the shared store, made with go-redis's
 // UniversalClient: one address is a single node, several a Cluster, and
-// MasterName a Sentinel group.
+// MasterName a Sentinel group. A single node's client sends the scripts of
+// concurrent decisions in batches (one write and one read for many) and,
+// so that no batch runs twice, never retries a command.
 type Redis struct {
 	// Addr is one "host:port". Addr or Addrs is required.
 	Addr string `yaml:"addr"`

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/overage"
 	"github.com/loadshed/loadshed/shed"
-
 	"github.com/loadshed/loadshed/shed/layerkit"
 )
 
@@ -85,7 +85,7 @@ type Layer struct {
 	clock shed.Clock
 	onErr func(string, error)
 
-	episodes episodes
+	episodes overage.Episodes
 	queues   *queues
 	tickets  sync.Pool
 }
@@ -139,7 +139,7 @@ func New(cfg Config) (*Layer, error) {
 			c.Overage, c.ownOverage = o, o
 		}
 	}
-	l.episodes.init(maxKeys, &l.enf)
+	l.episodes.Init(maxKeys, &l.enf)
 	if l.enf.Action == shed.Queue {
 		qc := l.enf.Queue
 		if qc.Clock == nil {
@@ -364,7 +364,7 @@ func (l *Layer) verdict(a *attempt) layerkit.Verdict {
 	if l.enf.Mode == shed.Soft {
 		now = l.clock.Now()
 		for i, k := range a.overKeys[:a.nOver] {
-			eps[i] = l.episodes.get(k, now.UnixNano())
+			eps[i] = l.episodes.Get(k, now.UnixNano())
 		}
 	}
 	return layerkit.DecideOver(&l.enf, now, !a.overCeil, eps[:a.nOver]...)

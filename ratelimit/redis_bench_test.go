@@ -5,6 +5,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/redistest"
+	"github.com/loadshed/loadshed/internal/redisx"
 )
 
 // Benchmarks of the Redis store against the real server (skipped without
@@ -15,6 +20,10 @@ import (
 
 func benchRedis(b *testing.B, alg Algorithm, limit Limit, cfg RedisConfig, keys int) {
 	c, cmds := countedClient(b)
+	benchRedisOn(b, c, cmds, alg, limit, cfg, keys)
+}
+
+func benchRedisOn(b *testing.B, c *redis.Client, cmds *commandCounter, alg Algorithm, limit Limit, cfg RedisConfig, keys int) {
 	cfg.Prefix = testPrefix(b)
 	cfg.Timeout = time.Second
 	r, err := NewRedis(c, alg, limit, cfg)
@@ -95,4 +104,36 @@ func BenchmarkRedisDenied(b *testing.B) {
 	limit := PerHour(1)
 	b.Run("cache", func(b *testing.B) { benchRedis(b, TokenBucket, limit, RedisConfig{}, 1) })
 	b.Run("nocache", func(b *testing.B) { benchRedis(b, TokenBucket, limit, RedisConfig{OverLimitKeys: -1}, 1) })
+}
+
+// Exact mode with and without redisx.Pipeline on the client (its scripts
+// sent in batches by two flushers), 16 decisions in flight over 1000 keys;
+// compare with benchstat -col /pipeline. With the hook, trips/op counts
+// each script twice (as sent, and in its batch), so read ns/op.
+func BenchmarkRedisPipelineHook(b *testing.B) {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket} {
+		l := PerSecond(1 << 40)
+		if alg == TokenBucket {
+			l = PerSecond(1_000_000)
+		}
+		for _, pipelined := range []bool{false, true} {
+			name := alg.String() + "/pipeline=off"
+			if pipelined {
+				name = alg.String() + "/pipeline=on"
+			}
+			b.Run(name, func(b *testing.B) {
+				redistest.Client(b) // skips without a server
+				opt := redistest.Options(b)
+				opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+				c := redis.NewClient(opt)
+				b.Cleanup(func() { c.Close() })
+				cmds := &commandCounter{}
+				c.AddHook(cmds)
+				if pipelined {
+					b.Cleanup(redisx.Pipeline(c, 2))
+				}
+				benchRedisOn(b, c, cmds, alg, l, RedisConfig{OverLimitKeys: -1}, 1000)
+			})
+		}
+	}
 }

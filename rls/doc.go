@@ -95,13 +95,25 @@
 // each instance's own, in memory), and a descriptor
 // may hold several limits (rate_limits: a list): a request must pass all,
 // a rejected one is not charged by the others, and the status reports the
-// rejecting limit or else the one with the least remaining. Counts live in
-// memory, or in Redis (single node, Sentinel or Cluster) with the library's
-// fallback to a local share when Redis is slow or down: the gateway never
-// sees an error for it, so Envoy's failure_mode_deny keeps its meaning for
-// a service that is really gone. Reload swaps the rules whole; limits that
-// did not change keep their counts, and rules that do not compile are
-// refused while the running ones keep serving.
+// rejecting limit or else the one with the least remaining.
+//
+// Several limits are decided as ratelimit's Layer decides several rules,
+// with the same stores, overage and episodes, but limit by limit, since
+// each limit has its own mode where the Layer has one for all its rules: a
+// soft limit's episode decides that limit alone, where the Layer admits a
+// request over several soft rules only if all their episodes allow it; a
+// limit in shadow mode lets the limits after it count, where the Layer's
+// dry run charges none; and a status reports its limit's own
+// duration_until_reset, the window's reset as envoyproxy/ratelimit gives
+// it, where the Layer's quotas give when the next unit comes back.
+//
+// Counts live in memory, or in Redis (single node, Sentinel or Cluster)
+// with the library's fallback to a local share when Redis is slow or
+// down: the gateway never sees an error for it, so Envoy's
+// failure_mode_deny keeps its meaning for a service that is really gone.
+// Reload swaps the rules whole; limits that did not change keep their
+// counts, and rules that do not compile are refused while the running ones
+// keep serving.
 //
 // # Differences from envoyproxy/ratelimit
 //

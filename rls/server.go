@@ -280,90 +280,113 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	}
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 
-	// Match first: replaces spans the whole request.
-	var small [8]*node
-	nodes := small[:0]
-	if len(req.Descriptors) > len(small) {
-		nodes = make([]*node, 0, len(req.Descriptors))
+	// Arrays for the common request, so that it allocates neither.
+	var smallN [inlineDescriptors]*node
+	var smallD [inlineDescriptors]decided
+	nodes, ds := smallN[:0], smallD[:0]
+	if len(req.Descriptors) > inlineDescriptors {
+		nodes, ds = make([]*node, 0, len(req.Descriptors)), make([]decided, 0, len(req.Descriptors))
 	}
-	nodes = nodes[:len(req.Descriptors)]
+	nodes, ds = nodes[:len(req.Descriptors)], ds[:len(req.Descriptors)]
+
+	// Match first: replaces spans the whole request.
 	var replaced map[string]bool
 	if root != nil {
-		for i, d := range req.Descriptors {
-			nodes[i] = root.match(d.Entries)
-			if o := d.GetLimit(); o != nil {
-				if n := s.override(o); n != nil {
-					nodes[i] = n
-				}
+		replaced = s.match(root, req, nodes)
+	}
+	s.decideAll(ctx, req, nodes, replaced, layer, resp.Statuses, ds)
+
+	resp.OverallCode = s.overall(nodes, resp.Statuses, ds)
+	if s.cfg.ResponseDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, nodes, resp.Statuses, ds)
+	}
+	if s.cfg.RateLimitHeaders || s.cfg.LegacyHeaders {
+		if i := tightest(resp.Statuses, ds); i >= 0 {
+			resp.ResponseHeadersToAdd = s.headers(resp.Statuses[i], ds[i].policy, ds[i].period)
+		}
+	}
+	if s.cfg.OnResponse != nil {
+		s.cfg.OnResponse(domainLabel, resp.OverallCode)
+	}
+	return resp, nil
+}
+
+// inlineDescriptors is how many descriptors a request may have and be
+// decided without allocating its working arrays.
+const inlineDescriptors = 8
+
+// match fills nodes with each descriptor's rule (its own limit, when it
+// brings one), and returns the names of the limits any of them replaces.
+func (s *Server) match(root *node, req *pb.RateLimitRequest, nodes []*node) (replaced map[string]bool) {
+	for i, d := range req.Descriptors {
+		nodes[i] = root.match(d.Entries)
+		if o := d.GetLimit(); o != nil {
+			if n := s.override(o); n != nil {
+				nodes[i] = n
 			}
-			if n := nodes[i]; n != nil {
-				for _, l := range n.limits {
-					for _, r := range l.replaces {
-						if replaced == nil {
-							replaced = map[string]bool{}
-						}
-						replaced[r] = true
+		}
+		if n := nodes[i]; n != nil {
+			for _, l := range n.limits {
+				for _, r := range l.replaces {
+					if replaced == nil {
+						replaced = map[string]bool{}
 					}
+					replaced[r] = true
 				}
 			}
 		}
 	}
+	return replaced
+}
 
-	// Decide: on Redis, several counted descriptors in parallel, so that a
-	// request costs about one round trip, as envoyproxy/ratelimit's
-	// pipeline does.
-	var smallD [8]decided
-	ds := smallD[:0]
-	if len(req.Descriptors) > len(smallD) {
-		ds = make([]decided, 0, len(req.Descriptors))
-	}
-	ds = ds[:len(req.Descriptors)]
+// decideAll fills statuses and ds: OK for a descriptor without a rule or
+// with an unlimited one, else its limits' decision. On Redis, several
+// counted descriptors are decided in parallel, so that a request costs
+// about one round trip, as envoyproxy/ratelimit's pipeline does.
+func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, nodes []*node, replaced map[string]bool, layer string, statuses []*pb.RateLimitResponse_DescriptorStatus, ds []decided) {
 	counted := 0
 	for i, n := range nodes {
 		switch {
 		case n == nil:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 		case n.unlimited && len(n.limits) == 0:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		default:
 			counted++
 		}
 	}
 	if s.cfg.Redis != nil && counted > 1 {
-		// Copies, so that the goroutines never hold this frame's arrays.
-		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, resp.Statuses, counted))
-	} else {
-		for i, n := range nodes {
-			if resp.Statuses[i] == nil {
-				resp.Statuses[i], ds[i] = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
-			}
+		// Copies, so that the goroutines never hold the caller's arrays.
+		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, statuses, counted))
+		return
+	}
+	for i, n := range nodes {
+		if statuses[i] == nil {
+			statuses[i], ds[i] = s.decide(ctx, req, req.Descriptors[i], n, replaced, layer)
 		}
 	}
+}
 
-	overall := s.overall(nodes, resp.Statuses, ds)
-	var tightest *pb.RateLimitResponse_DescriptorStatus
-	var tightestPolicy string
-	var tightestPeriod time.Duration
-	for i, st := range resp.Statuses {
-		if st.CurrentLimit != nil && !ds[i].shadow {
-			// The tightest: an over-limit status first, else the least remaining.
-			if tightest == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && tightest.Code != pb.RateLimitResponse_OVER_LIMIT) ||
-				(st.Code == tightest.Code && st.LimitRemaining < tightest.LimitRemaining) {
-				tightest, tightestPolicy, tightestPeriod = st, ds[i].policy, ds[i].period
-			}
+// tightest is the index of the status the headers report: an enforced
+// limit's, over the limit first, else the one with the least remaining;
+// -1 when no status has a limit.
+func tightest(statuses []*pb.RateLimitResponse_DescriptorStatus, ds []decided) int {
+	pick := -1
+	for i, st := range statuses {
+		if st.CurrentLimit == nil || ds[i].shadow {
+			continue
+		}
+		if pick < 0 {
+			pick = i
+			continue
+		}
+		t := statuses[pick]
+		if (st.Code == pb.RateLimitResponse_OVER_LIMIT && t.Code != pb.RateLimitResponse_OVER_LIMIT) ||
+			(st.Code == t.Code && st.LimitRemaining < t.LimitRemaining) {
+			pick = i
 		}
 	}
-	resp.OverallCode = overall
-	if s.cfg.ResponseDynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, nodes, resp.Statuses, ds)
-	}
-	if tightest != nil && (s.cfg.RateLimitHeaders || s.cfg.LegacyHeaders) {
-		resp.ResponseHeadersToAdd = s.headers(tightest, tightestPolicy, tightestPeriod)
-	}
-	if s.cfg.OnResponse != nil {
-		s.cfg.OnResponse(domainLabel, overall)
-	}
-	return resp, nil
+	return pick
 }
 
 // decided is what a descriptor's status came from, for the headers.
@@ -419,83 +442,29 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	key := descriptorKey(shared, d.Entries, n)
 	h := hits(req, d)
 	cost := int64(min(h, math.MaxInt64))
-	var buf [4]checked
+	var buf [inlineLimits]checked
 	cs := buf[:0]
 	var over *checked
 	for _, l := range n.limits {
-		c := checked{rule: l, policy: l.policy}
 		if l.name != "" && replaced[l.name] {
-			c.skipped = true
-			cs = append(cs, c)
+			cs = append(cs, checked{rule: l, policy: l.policy, skipped: true})
 			continue
 		}
-		switch {
-		case l.detailed != nil:
-			c.policy = l.detailed.name(l.policy, n.detailedValues(d.Entries))
-		case l.valued != nil:
-			name := n.metricName(d.Entries)
-			c.policy = l.valued.intern(l.policy, name, name)
-		}
-		switch {
-		case l.store == nil: // requests_per_unit 0
-			c.over = true
-			c.res = ratelimit.Result{ResetAfter: l.period}
-		case d.IsNegativeHits:
-			if h > 0 {
-				_ = l.store.Refund(ctx, key, cost)
-			}
-			c.res, c.fb = s.peek(ctx, l.store, key)
-		case h == 0:
-			c.res, c.fb = s.peek(ctx, l.store, key)
-			c.over = c.res.Remaining < 1
-		default:
-			var err error
-			c.res, c.fb, err = allow(ctx, l.store, key, cost)
-			if err != nil {
-				// A cost above what the limit ever admits, or a bad key:
-				// over, as envoyproxy/ratelimit answers a hits_addend past
-				// the limit, with the window's own reset and what remains.
-				c.res, c.fb = s.peek(ctx, l.store, key)
-				if c.res.ResetAfter <= 0 {
-					c.res.ResetAfter = l.period
-				}
-			}
-			c.over = err != nil || !c.res.Allowed
-			if err == nil && c.over && l.soft != nil {
-				if _, ok := l.soft.admit(key, cost); ok {
-					c.over, c.soft = false, true
-				}
-			}
-		}
-		cs = append(cs, c)
+		cs = append(cs, s.check(ctx, l, n, d, key, h, cost))
 		// A limit in shadow mode that is over is recorded (observe) but
 		// stops nothing: the enforced limits after it still count, and
 		// those before it keep what they took.
-		if c.over && !l.shadow {
-			over = &cs[len(cs)-1]
+		if c := &cs[len(cs)-1]; c.over && !l.shadow {
+			over = c
 			break
 		}
 	}
 	if over != nil && h > 0 && !d.IsNegativeHits {
-		for i := range cs[:len(cs)-1] {
-			switch c := &cs[i]; {
-			case c.soft:
-				_ = c.rule.soft.overage.Refund(ctx, key, cost)
-			case !c.skipped && c.rule.store != nil:
-				_ = c.rule.store.Refund(ctx, key, cost)
-			}
-		}
+		refund(ctx, cs[:len(cs)-1], key, cost)
 	}
 	pick := over
 	if pick == nil {
-		for i := range cs {
-			// An enforced limit's status before a shadow one's, then the
-			// least remaining.
-			if c := &cs[i]; !c.skipped && (pick == nil || (pick.rule.shadow && !c.rule.shadow) ||
-				(pick.rule.shadow == c.rule.shadow && c.res.Remaining < pick.res.Remaining)) {
-				pick = c
-			}
-		}
+		pick = leastRemaining(cs)
 	}
 	for i := range cs {
 		s.observe(layer, &cs[i])
@@ -506,16 +475,99 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, d *rlpb.R
 	if pick == nil { // every limit replaced
 		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, decided{}
 	}
+	return pick.status(), decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow, limited: true}
+}
+
+// inlineLimits is how many limits a rule may have and be decided without
+// allocating.
+const inlineLimits = 4
+
+// check runs one limit l of rule n for descriptor d, counted under key:
+// h units (cost, as a store takes it) taken, given back
+// (is_negative_hits), or only looked at (h 0).
+func (s *Server) check(ctx context.Context, l *limitRule, n *node, d *rlpb.RateLimitDescriptor, key string, h uint64, cost int64) checked {
+	c := checked{rule: l, policy: l.policy}
+	switch {
+	case l.detailed != nil:
+		c.policy = l.detailed.name(l.policy, n.detailedValues(d.Entries))
+	case l.valued != nil:
+		name := n.metricName(d.Entries)
+		c.policy = l.valued.intern(l.policy, name, name)
+	}
+	switch {
+	case l.store == nil: // requests_per_unit 0
+		c.over = true
+		c.res = ratelimit.Result{ResetAfter: l.period}
+	case d.IsNegativeHits:
+		if h > 0 {
+			_ = l.store.Refund(ctx, key, cost)
+		}
+		c.res, c.fb = s.peek(ctx, l.store, key)
+	case h == 0:
+		c.res, c.fb = s.peek(ctx, l.store, key)
+		c.over = c.res.Remaining < 1
+	default:
+		var err error
+		c.res, c.fb, err = allow(ctx, l.store, key, cost)
+		if err != nil {
+			// A cost above what the limit ever admits, or a bad key:
+			// over, as envoyproxy/ratelimit answers a hits_addend past
+			// the limit, with the window's own reset and what remains.
+			c.res, c.fb = s.peek(ctx, l.store, key)
+			if c.res.ResetAfter <= 0 {
+				c.res.ResetAfter = l.period
+			}
+		}
+		c.over = err != nil || !c.res.Allowed
+		if err == nil && c.over && l.soft != nil {
+			if _, ok := l.soft.admit(key, cost); ok {
+				c.over, c.soft = false, true
+			}
+		}
+	}
+	return c
+}
+
+// refund gives back the units the limits of cs took under key: from the
+// overage for one a soft limit admitted, else from the limit's store.
+func refund(ctx context.Context, cs []checked, key string, cost int64) {
+	for i := range cs {
+		switch c := &cs[i]; {
+		case c.soft:
+			_ = c.rule.soft.overage.Refund(ctx, key, cost)
+		case !c.skipped && c.rule.store != nil:
+			_ = c.rule.store.Refund(ctx, key, cost)
+		}
+	}
+}
+
+// leastRemaining is the limit of cs a status reports when none rejected:
+// an enforced limit's before a shadow one's, then the least remaining;
+// nil when every limit was replaced.
+func leastRemaining(cs []checked) *checked {
+	var pick *checked
+	for i := range cs {
+		if c := &cs[i]; !c.skipped && (pick == nil || (pick.rule.shadow && !c.rule.shadow) ||
+			(pick.rule.shadow == c.rule.shadow && c.res.Remaining < pick.res.Remaining)) {
+			pick = c
+		}
+	}
+	return pick
+}
+
+// status is the descriptor's status reporting c: OVER_LIMIT when c is an
+// enforced limit that is over.
+func (c *checked) status() *pb.RateLimitResponse_DescriptorStatus {
 	code := pb.RateLimitResponse_OK
-	if pick.over && !pick.rule.shadow {
+	if c.over && !c.rule.shadow {
 		code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	return &pb.RateLimitResponse_DescriptorStatus{
 		Code:               code,
-		CurrentLimit:       pick.rule.current,
-		LimitRemaining:     uint32(min(max(pick.res.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(resetDuration(pick.res.ResetAfter, pick.rule.period)),
-	}, decided{policy: pick.policy, period: pick.rule.period, shadow: pick.rule.shadow, limited: true}
+		CurrentLimit:       c.rule.current,
+		LimitRemaining:     uint32(min(max(c.res.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(resetDuration(c.res.ResetAfter, c.rule.period)),
+	}
 }
 
 // allow takes cost units, reporting whether the store's local fallback
@@ -566,7 +618,7 @@ func (s *Server) observe(layer string, c *checked) {
 		if c.rule.shadow {
 			e.Kind = shed.WouldReject
 		} else {
-			e.Kind, e.Status = shed.Rejected, 429
+			e.Kind, e.Status = shed.Rejected, shed.StatusTooManyRequests
 		}
 	}
 	s.cfg.Observer.Observe(e)

@@ -2,9 +2,9 @@ package rls
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/overage"
 	"github.com/loadshed/loadshed/ratelimit"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -27,20 +27,19 @@ func (s *Soft) enforcement() *shed.Enforcement {
 	return &shed.Enforcement{Mode: shed.Soft, Overage: s.Overage, OverageFor: s.OverageFor, OverageCooldown: s.OverageCooldown}
 }
 
-// maxEpisodes bounds the keys one soft limit remembers episodes of, per
-// generation: when one fills, the previous generation is forgotten, so
-// that only keys not over their limit for a whole generation lose theirs.
+// maxEpisodes bounds the keys one soft limit remembers episodes of, as
+// ratelimit's Layer bounds them by default: past it, the episodes of keys
+// long within their limit are forgotten first.
 const maxEpisodes = 1 << 16
 
-// softLimit is a soft limit's state: the overage's own in-memory store
-// (Ceiling − limit units per period) and each key's episode.
+// softLimit is a soft limit's state, as ratelimit's Layer keeps it for a
+// rule in soft mode: the overage's own in-memory store (Ceiling − limit
+// units per period, ratelimit.Limit.Overage) and each key's episode.
 type softLimit struct {
-	enf     *shed.Enforcement
-	overage ratelimit.Store
-	clock   shed.Clock
-
-	mu        sync.Mutex
-	cur, prev map[string]*layerkit.Episode
+	enf      *shed.Enforcement
+	overage  ratelimit.Store
+	clock    shed.Clock
+	episodes overage.Episodes
 }
 
 func newSoftLimit(s *Soft, l *Limit, clock shed.Clock) (*softLimit, error) {
@@ -55,24 +54,9 @@ func newSoftLimit(s *Soft, l *Limit, clock shed.Clock) (*softLimit, error) {
 	if clock == nil {
 		clock = shed.SystemClock
 	}
-	return &softLimit{enf: enf, overage: m, clock: clock, cur: map[string]*layerkit.Episode{}}, nil
-}
-
-func (s *softLimit) episode(key string) *layerkit.Episode {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ep, ok := s.cur[key]; ok {
-		return ep
-	}
-	ep, ok := s.prev[key]
-	if !ok {
-		ep = &layerkit.Episode{}
-	}
-	if len(s.cur) >= maxEpisodes {
-		s.prev, s.cur = s.cur, map[string]*layerkit.Episode{}
-	}
-	s.cur[key] = ep
-	return ep
+	sl := &softLimit{enf: enf, overage: m, clock: clock}
+	sl.episodes.Init(maxEpisodes, enf)
+	return sl, nil
 }
 
 // admit decides a request the limit itself refused: the overage admits it
@@ -81,7 +65,8 @@ func (s *softLimit) admit(key string, cost int64) (ratelimit.Result, bool) {
 	ctx := context.Background() // the overage is in memory: nothing to cancel
 	r, err := s.overage.Allow(ctx, key, cost)
 	within := err == nil && r.Allowed
-	v := layerkit.DecideOver(s.enf, s.clock.Now(), within, s.episode(key))
+	now := s.clock.Now()
+	v := layerkit.DecideOver(s.enf, now, within, s.episodes.Get(key, now.UnixNano()))
 	if v == layerkit.AdmitOver {
 		return r, true
 	}
