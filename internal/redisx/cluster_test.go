@@ -163,3 +163,40 @@ func TestClusterReshardNoFallback(t *testing.T) {
 		t.Errorf("%d in flight, over the limit of 40", maxInFlight.Load())
 	}
 }
+
+// A pipeline to a node whose slot migrates, with a first script whose keys
+// are split (TRYAGAIN) and a second whose one key is gone (ASK): the
+// second runs on the target, the first comes back as not run, and no
+// command is sent twice at once (go-redis re-sends a batch whose first
+// reply is TRYAGAIN whole, beside its ASK-redirected commands, unless they
+// are NoRetry: the race detector sees one command read by two goroutines).
+func TestClusterRunAllTryAgainBesideAsk(t *testing.T) {
+	cl := redistest.UseCluster(t)
+	c := cl.Client()
+	tag := "{" + redistest.Prefix(t) + "runall}"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Set(ctx, tag+"present", 1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := redisx.NewScript("local n = 0 for _, k in ipairs(KEYS) do n = n + redis.call('EXISTS', k) end return n")
+	if err := s.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	_, finish := cl.BeginMigration(cl.Slot(tag + "present"))
+	defer finish(0)
+	for i := 0; i < 3; i++ {
+		runCtx, cancelRun := context.WithTimeout(ctx, 100*time.Millisecond)
+		cmds := s.RunAll(runCtx, c, []redisx.Call{
+			{Keys: []string{tag + "present", tag + "absent"}},
+			{Keys: []string{tag + "gone"}},
+		})
+		cancelRun()
+		if err := cmds[0].Err(); !redisx.NotRun(err) {
+			t.Errorf("split keys: %v, want a reply saying the script did not run", err)
+		}
+		if n, err := cmds[1].Int64(); err != nil || n != 0 {
+			t.Errorf("key gone: %d, %v; want 0 from the target", n, err)
+		}
+	}
+}
