@@ -20,6 +20,14 @@
 # version answers otherwise than envoyproxy/ratelimit's current source,
 # and the agreement check counts those answers apart.
 #
+# ENVOY_RATELIMIT_BIN names a service_cmd binary to run instead (one built
+# elsewhere, from a commit the proxy does not serve; nothing is built
+# then), and ENVOY_RATELIMIT_LABEL says in the results' heading what it
+# is (by default the binary's path):
+#
+#   LOAD=0 ENVOY_RATELIMIT_BIN=/tmp/service_cmd \
+#     ENVOY_RATELIMIT_LABEL="at commit <sha>" bench/rls-compare.sh
+#
 # A second pair of services runs with dynamic metadata on
 # (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata), for the
 # dynamic_metadata check. The output is also written to RESULTS
@@ -59,10 +67,20 @@ mkdir -p "$BIN"
 redis_start rls-compare.sh
 if [ ${#ON_SERVER[@]} -gt 0 ]; then taskset -a -cp "$SERVER_CPU" "$(cat "$REDIS_PIDFILE")" >/dev/null; fi
 
-if [ ! -x "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" ]; then
-  echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
-  (cd /tmp && GOBIN="$BIN" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ENVOY_RATELIMIT_VERSION")
-  mv "$BIN/service_cmd" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION"
+if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
+  if [ ! -x "$ENVOY_RATELIMIT_BIN" ]; then
+    echo "rls-compare.sh: ENVOY_RATELIMIT_BIN=$ENVOY_RATELIMIT_BIN is not an executable file" >&2; exit 1
+  fi
+  ENVOY_SERVICE=$ENVOY_RATELIMIT_BIN
+  ENVOY_RATELIMIT_LABEL=${ENVOY_RATELIMIT_LABEL:-$ENVOY_RATELIMIT_BIN}
+else
+  ENVOY_SERVICE=$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION
+  ENVOY_RATELIMIT_LABEL=${ENVOY_RATELIMIT_LABEL:-$ENVOY_RATELIMIT_VERSION}
+  if [ ! -x "$ENVOY_SERVICE" ]; then
+    echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
+    (cd /tmp && GOBIN="$BIN" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ENVOY_RATELIMIT_VERSION")
+    mv "$BIN/service_cmd" "$ENVOY_SERVICE"
+  fi
 fi
 go build -o "$BIN/loadshed" ./cmd/loadshed
 (cd bench && go build -o "$BIN/rlscompare" ./cmd/rlscompare)
@@ -106,7 +124,7 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
   HOST=127.0.0.1 PORT="$E_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$E_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$E_DEBUG" \
-  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
+  "${ON_SERVER[@]}" "$ENVOY_SERVICE" >"$WORK/envoy.log" 2>&1 &
 E_PID=$!; PIDS+=($!)
 
 EM_GRPC=$(free_port); EM_HTTP=$(free_port); EM_DEBUG=$(free_port)
@@ -116,7 +134,7 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
   HOST=127.0.0.1 PORT="$EM_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$EM_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$EM_DEBUG" \
-  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy-metadata.log" 2>&1 &
+  "${ON_SERVER[@]}" "$ENVOY_SERVICE" >"$WORK/envoy-metadata.log" 2>&1 &
 PIDS+=($!)
 
 # start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
@@ -151,7 +169,7 @@ wait_port "$D_GRPC" "loadshed serve -response-dynamic-metadata"
 
 # report prints the results: what a run writes to RESULTS.
 report() {
-  echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
+  echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_LABEL"
   echo
   echo "Written by \`bench/rls-compare.sh\` (do not edit by hand); how the services are set up and"
   echo "how to read the rows: [../benchmarks.md](../benchmarks.md#the-rate-limit-service-against-envoyproxyratelimit)."
