@@ -329,7 +329,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			counted++
 		}
 	}
-	if s.cfg.Redis != nil && counted > 1 {
+	if s.cfg.Redis != nil && counted > 1 && !ruleRepeated(nodes) {
 		// Copies, so that the goroutines never hold this frame's arrays.
 		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, resp.Statuses, counted))
 	} else {
