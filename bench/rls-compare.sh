@@ -28,6 +28,11 @@
 #   LOAD=0 ENVOY_RATELIMIT_BIN=/tmp/service_cmd \
 #     ENVOY_RATELIMIT_LABEL="at commit <sha>" bench/rls-compare.sh
 #
+# CURRENT_RULES=1 (the default with ENVOY_RATELIMIT_BIN) also serves
+# bench/rls/current, rules in a domain of their own that versions before
+# April 2026 refuse or read otherwise (metadata, '*' inside a value), and
+# sends a quarter of the agreement checks' requests there.
+#
 # A second pair of services runs with dynamic metadata on
 # (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata), for the
 # dynamic_metadata check. The output is also written to RESULTS
@@ -37,6 +42,7 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS-docs/results/rls-compare.md}
 
 ENVOY_RATELIMIT_VERSION=${ENVOY_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then CURRENT_RULES=${CURRENT_RULES:-1}; else CURRENT_RULES=${CURRENT_RULES:-0}; fi
 LOAD=${LOAD:-10s}
 # 64 in flight: at 32, the closed loop left the server's CPU idle a fifth
 # of the time in the memory row, so that row measured the loop, not the
@@ -114,8 +120,15 @@ wait_port() {
 }
 
 # envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
-mkdir -p "$WORK/runtime/ratelimit/config"
-cp bench/rls/config/*.yaml "$WORK/runtime/ratelimit/config/"
+# loadshed serve reads the same folder.
+RULES=$WORK/runtime/ratelimit/config
+mkdir -p "$RULES"
+cp bench/rls/config/*.yaml "$RULES/"
+CURRENT_FLAG=()
+if [ "$CURRENT_RULES" = 1 ]; then
+  cp bench/rls/current/*.yaml "$RULES/"
+  CURRENT_FLAG=(-current current)
+fi
 
 E_GRPC=$(free_port); E_HTTP=$(free_port); E_DEBUG=$(free_port)
 env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
@@ -143,7 +156,7 @@ start_loadshed() {
   local x=$1 name=$2 grpc http
   shift 2
   grpc=$(free_port); http=$(free_port)
-  "${ON_SERVER[@]}" "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
+  "${ON_SERVER[@]}" "$BIN/loadshed" serve -config "$RULES" -watch=false "$@" \
     -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
   printf -v "${x}_PID" %s $!
@@ -174,11 +187,11 @@ report() {
   echo "Written by \`bench/rls-compare.sh\` (do not edit by hand); how the services are set up and"
   echo "how to read the rows: [../benchmarks.md](../benchmarks.md#the-rate-limit-service-against-envoyproxyratelimit)."
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD), LOAD=$LOAD CONC=$CONC PIN=$PIN${NOTE:+; $NOTE}"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD), LOAD=$LOAD CONC=$CONC PIN=$PIN CURRENT_RULES=$CURRENT_RULES${NOTE:+; $NOTE}"
   echo
   "${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" \
     -envoy-metadata "127.0.0.1:$EM_GRPC" -loadshed-metadata "127.0.0.1:$D_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
-    -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
+    -redis "$LOADSHED_REDIS_ADDR" "${CURRENT_FLAG[@]}" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
   # Decisions taken from the local share because Redis did not answer within
   # the store's timeout: they are not exact, and a fair row has none.
