@@ -20,6 +20,19 @@
 # version answers otherwise than envoyproxy/ratelimit's current source,
 # and the agreement check counts those answers apart.
 #
+# ENVOY_RATELIMIT_BIN names a service_cmd binary to run instead (one built
+# elsewhere, from a commit the proxy does not serve; nothing is built
+# then), and ENVOY_RATELIMIT_LABEL says in the results' heading what it
+# is (by default the binary's path):
+#
+#   LOAD=0 ENVOY_RATELIMIT_BIN=/tmp/service_cmd \
+#     ENVOY_RATELIMIT_LABEL="at commit <sha>" bench/rls-compare.sh
+#
+# CURRENT_RULES=1 (the default with ENVOY_RATELIMIT_BIN) also serves
+# bench/rls/current, rules in a domain of their own that versions before
+# April 2026 refuse or read otherwise (metadata, '*' inside a value), and
+# sends a quarter of the agreement checks' requests there.
+#
 # A second pair of services runs with dynamic metadata on
 # (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata), for the
 # dynamic_metadata check. The output is also written to RESULTS
@@ -29,6 +42,7 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS-docs/results/rls-compare.md}
 
 ENVOY_RATELIMIT_VERSION=${ENVOY_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then CURRENT_RULES=${CURRENT_RULES:-1}; else CURRENT_RULES=${CURRENT_RULES:-0}; fi
 LOAD=${LOAD:-10s}
 # 64 in flight: at 32, the closed loop left the server's CPU idle a fifth
 # of the time in the memory row, so that row measured the loop, not the
@@ -59,10 +73,20 @@ mkdir -p "$BIN"
 redis_start rls-compare.sh
 if [ ${#ON_SERVER[@]} -gt 0 ]; then taskset -a -cp "$SERVER_CPU" "$(cat "$REDIS_PIDFILE")" >/dev/null; fi
 
-if [ ! -x "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" ]; then
-  echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
-  (cd /tmp && GOBIN="$BIN" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ENVOY_RATELIMIT_VERSION")
-  mv "$BIN/service_cmd" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION"
+if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
+  if [ ! -x "$ENVOY_RATELIMIT_BIN" ]; then
+    echo "rls-compare.sh: ENVOY_RATELIMIT_BIN=$ENVOY_RATELIMIT_BIN is not an executable file" >&2; exit 1
+  fi
+  ENVOY_SERVICE=$ENVOY_RATELIMIT_BIN
+  ENVOY_RATELIMIT_LABEL=${ENVOY_RATELIMIT_LABEL:-$ENVOY_RATELIMIT_BIN}
+else
+  ENVOY_SERVICE=$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION
+  ENVOY_RATELIMIT_LABEL=${ENVOY_RATELIMIT_LABEL:-$ENVOY_RATELIMIT_VERSION}
+  if [ ! -x "$ENVOY_SERVICE" ]; then
+    echo "rls-compare.sh: building envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION from the module proxy" >&2
+    (cd /tmp && GOBIN="$BIN" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ENVOY_RATELIMIT_VERSION")
+    mv "$BIN/service_cmd" "$ENVOY_SERVICE"
+  fi
 fi
 go build -o "$BIN/loadshed" ./cmd/loadshed
 (cd bench && go build -o "$BIN/rlscompare" ./cmd/rlscompare)
@@ -96,8 +120,15 @@ wait_port() {
 }
 
 # envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
-mkdir -p "$WORK/runtime/ratelimit/config"
-cp bench/rls/config/*.yaml "$WORK/runtime/ratelimit/config/"
+# loadshed serve reads the same folder.
+RULES=$WORK/runtime/ratelimit/config
+mkdir -p "$RULES"
+cp bench/rls/config/*.yaml "$RULES/"
+CURRENT_FLAG=()
+if [ "$CURRENT_RULES" = 1 ]; then
+  cp bench/rls/current/*.yaml "$RULES/"
+  CURRENT_FLAG=(-current current)
+fi
 
 E_GRPC=$(free_port); E_HTTP=$(free_port); E_DEBUG=$(free_port)
 env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
@@ -106,7 +137,7 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
   HOST=127.0.0.1 PORT="$E_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$E_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$E_DEBUG" \
-  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy.log" 2>&1 &
+  "${ON_SERVER[@]}" "$ENVOY_SERVICE" >"$WORK/envoy.log" 2>&1 &
 E_PID=$!; PIDS+=($!)
 
 EM_GRPC=$(free_port); EM_HTTP=$(free_port); EM_DEBUG=$(free_port)
@@ -116,7 +147,7 @@ env USE_STATSD=false LOG_LEVEL=error BACKEND_TYPE=redis \
   RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=true \
   HOST=127.0.0.1 PORT="$EM_HTTP" GRPC_HOST=127.0.0.1 GRPC_PORT="$EM_GRPC" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$EM_DEBUG" \
-  "${ON_SERVER[@]}" "$BIN/service_cmd-$ENVOY_RATELIMIT_VERSION" >"$WORK/envoy-metadata.log" 2>&1 &
+  "${ON_SERVER[@]}" "$ENVOY_SERVICE" >"$WORK/envoy-metadata.log" 2>&1 &
 PIDS+=($!)
 
 # start_loadshed X NAME FLAGS...: loadshed serve with FLAGS on free ports,
@@ -125,7 +156,7 @@ start_loadshed() {
   local x=$1 name=$2 grpc http
   shift 2
   grpc=$(free_port); http=$(free_port)
-  "${ON_SERVER[@]}" "$BIN/loadshed" serve -config bench/rls/config -watch=false "$@" \
+  "${ON_SERVER[@]}" "$BIN/loadshed" serve -config "$RULES" -watch=false "$@" \
     -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
   printf -v "${x}_PID" %s $!
@@ -151,16 +182,16 @@ wait_port "$D_GRPC" "loadshed serve -response-dynamic-metadata"
 
 # report prints the results: what a run writes to RESULTS.
 report() {
-  echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_VERSION"
+  echo "# loadshed serve against envoyproxy/ratelimit $ENVOY_RATELIMIT_LABEL"
   echo
   echo "Written by \`bench/rls-compare.sh\` (do not edit by hand); how the services are set up and"
   echo "how to read the rows: [../benchmarks.md](../benchmarks.md#the-rate-limit-service-against-envoyproxyratelimit)."
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD), LOAD=$LOAD CONC=$CONC PIN=$PIN${NOTE:+; $NOTE}"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(go version | awk '{print $3}'), redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), loadshed $(git rev-parse --short HEAD), LOAD=$LOAD CONC=$CONC PIN=$PIN CURRENT_RULES=$CURRENT_RULES${NOTE:+; $NOTE}"
   echo
   "${ON_LOAD[@]}" "$BIN/rlscompare" -envoy "127.0.0.1:$E_GRPC" -loadshed "127.0.0.1:$L_GRPC" \
     -envoy-metadata "127.0.0.1:$EM_GRPC" -loadshed-metadata "127.0.0.1:$D_GRPC" -unpipelined "127.0.0.1:$U_GRPC" -batched "127.0.0.1:$B_GRPC" -batched2 "127.0.0.1:$C_GRPC" -memory "127.0.0.1:$M_GRPC" \
-    -redis "$LOADSHED_REDIS_ADDR" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
+    -redis "$LOADSHED_REDIS_ADDR" "${CURRENT_FLAG[@]}" -load "$LOAD" -c "$CONC" -pids "$E_PID,$L_PID,$U_PID,$B_PID,$M_PID" "$@"
 
   # Decisions taken from the local share because Redis did not answer within
   # the store's timeout: they are not exact, and a fair row has none.

@@ -133,7 +133,10 @@
 // apply: the rules are files. The "limit" of a descriptor in the dynamic
 // metadata is the limit's protobuf text, whose spacing protobuf's Go
 // library varies on purpose, there as here: read it as text format, not
-// byte for byte.
+// byte for byte. Where two rules a request passed hold a map under one
+// name in their metadata, envoyproxy/ratelimit merges the second into the
+// first rule's own map, so that rule's later responses keep the other's
+// fields; rls merges into a copy, each response from its own rules.
 //
 // rls answers as envoyproxy/ratelimit's current source does. Its older
 // versions (among them builds of January 2026) answer otherwise in three

@@ -355,7 +355,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, nodes 
 			counted++
 		}
 	}
-	if s.cfg.Redis != nil && counted > 1 {
+	if s.cfg.Redis != nil && counted > 1 && !ruleRepeated(nodes) {
 		// Copies, so that the goroutines never hold the caller's arrays.
 		copy(ds, s.decideParallel(ctx, req, slices.Clone(nodes), replaced, layer, statuses, counted))
 		return

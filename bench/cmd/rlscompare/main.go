@@ -44,6 +44,7 @@ func main() {
 	redisAddr := flag.String("redis", "", "the redis-server both use, for its CPU per decision (optional)")
 	envoyMD := flag.String("envoy-metadata", "", "envoyproxy/ratelimit's gRPC address with RESPONSE_DYNAMIC_METADATA=true, for the dynamic_metadata check (optional)")
 	loadshedMD := flag.String("loadshed-metadata", "", "loadshed serve's gRPC address with -response-dynamic-metadata (optional)")
+	current := flag.String("current", "", "the domain of bench/rls/current's rules, served by both: a quarter of the agreement checks' requests go there (optional; only envoyproxy/ratelimit's current source reads those rules)")
 	steps := flag.Int("steps", 2000, "requests in the agreement check")
 	seed := flag.Uint64("seed", 1, "the agreement sequence's seed")
 	dur := flag.Duration("load", 10*time.Second, "each service's load run (0: none)")
@@ -59,12 +60,12 @@ func main() {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36) // fresh counts each run
 
 	fmt.Printf("## Agreement: %d requests, seed %d, unit hits\n\n", *steps, *seed)
-	agree(envoy, ls, sequence(run+"u", *steps, *seed, false))
+	agree(envoy, ls, sequence(run+"u", *steps, *seed, false, *current))
 	fmt.Printf("\n## Agreement: %d requests, seed %d, with hits_addend 0, 2 and 3\n\n", *steps, *seed)
-	agree(envoy, ls, sequence(run+"h", *steps, *seed, true))
+	agree(envoy, ls, sequence(run+"h", *steps, *seed, true, *current))
 	if *envoyMD != "" && *loadshedMD != "" {
 		fmt.Printf("\n## Agreement of dynamic_metadata: %d requests, seed %d, hits_addend as above (RESPONSE_DYNAMIC_METADATA, -response-dynamic-metadata)\n\n", *steps, *seed)
-		agreeMetadata(dial(*envoyMD), dial(*loadshedMD), sequence(run+"m", *steps, *seed, true))
+		agreeMetadata(dial(*envoyMD), dial(*loadshedMD), sequence(run+"m", *steps, *seed, true, *current))
 	}
 
 	if *batchedAddr != "" && *batched2Addr != "" {
@@ -130,7 +131,9 @@ func desc(kvs ...string) *rlpb.RateLimitDescriptor {
 // sequence is the agreement check's requests: one to three descriptors
 // drawn from the rules' shapes, over a few values each so that limits are
 // reached; with hits, some requests weigh 2 or 3 and some descriptors 0.
-func sequence(run string, n int, seed uint64, hits bool) []*pb.RateLimitRequest {
+// With a current domain, a quarter of the requests go to it, drawn from
+// bench/rls/current's shapes.
+func sequence(run string, n int, seed uint64, hits bool, current string) []*pb.RateLimitRequest {
 	r := rand.New(rand.NewPCG(seed, 7))
 	user := func() string { return run + "-u" + strconv.Itoa(r.IntN(12)) }
 	shapes := []func() *rlpb.RateLimitDescriptor{
@@ -150,11 +153,36 @@ func sequence(run string, n int, seed uint64, hits bool) []*pb.RateLimitRequest 
 		func() *rlpb.RateLimitDescriptor { return desc("health", "x") },
 		func() *rlpb.RateLimitDescriptor { return desc("nothing", "here") },
 	}
+	currentShapes := []func() *rlpb.RateLimitDescriptor{
+		func() *rlpb.RateLimitDescriptor {
+			return desc("route", "/v1/"+run+"-"+strconv.Itoa(r.IntN(4))+"/reports")
+		},
+		// Not a report: the pattern's end does not match.
+		func() *rlpb.RateLimitDescriptor { return desc("route", "/v1/"+run+"/reports.json") },
+		func() *rlpb.RateLimitDescriptor {
+			return desc("route", "/v"+strconv.Itoa(1+r.IntN(2))+"/exports/"+run+"-"+strconv.Itoa(r.IntN(5))+".csv")
+		},
+		func() *rlpb.RateLimitDescriptor { return desc("user", user()) },
+		func() *rlpb.RateLimitDescriptor {
+			return desc("tenant", run+"-t"+strconv.Itoa(r.IntN(3))+"-eu", "user", user())
+		},
+		func() *rlpb.RateLimitDescriptor {
+			return desc("tenant", run+"-t"+strconv.Itoa(r.IntN(3))+"-us", "user", user())
+		},
+		func() *rlpb.RateLimitDescriptor { return desc("east", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("west", user()) },
+		func() *rlpb.RateLimitDescriptor { return desc("canary", run) },
+		func() *rlpb.RateLimitDescriptor { return desc("health", "x") },
+	}
 	// The plans' counts are shared by both sequences of a run (their values
 	// are the rules'); the script's redis-server is fresh each run.
 	out := make([]*pb.RateLimitRequest, n)
 	for i := range out {
 		req := &pb.RateLimitRequest{Domain: "bench"}
+		shapes := shapes
+		if current != "" && r.IntN(4) == 0 {
+			req.Domain, shapes = current, currentShapes
+		}
 		if r.IntN(5) == 0 {
 			// Both quotas of one user: the request passes while either
 			// has room.
@@ -231,14 +259,19 @@ func sameAnswer(ce pb.RateLimitResponse_Code, ae []answer, cl pb.RateLimitRespon
 	return false, ticked
 }
 
-// countKey is the count a descriptor draws on: its entries, with the
-// pattern in place of a value that shares it (files/*).
-func countKey(d *rlpb.RateLimitDescriptor) string {
+// countKey is the count a descriptor draws on: its domain and entries,
+// with the pattern in place of a value that shares it (files/*,
+// /v*/exports/*.csv).
+func countKey(domain string, d *rlpb.RateLimitDescriptor) string {
 	var b strings.Builder
+	b.WriteString(domain + ":")
 	for _, e := range d.Entries {
 		v := e.Value
 		if e.Key == "files" && strings.HasPrefix(v, "files/") {
 			v = "files/*"
+		}
+		if e.Key == "route" && strings.HasPrefix(v, "/v") && strings.Contains(v, "/exports/") && strings.HasSuffix(v, ".csv") {
+			v = "/v*/exports/*.csv"
 		}
 		b.WriteString(e.Key + "=" + v + ";")
 	}
@@ -276,7 +309,7 @@ func documented(req *pb.RateLimitRequest, ae, al []answer, diverged map[string]b
 			// Over for this request's weight (in shadow mode, or a quota
 			// answered the older way, still OK): envoyproxy/ratelimit says
 			// 0 remain, loadshed what is still there.
-		case diverged[countKey(d)]:
+		case diverged[countKey(req.Domain, d)]:
 		case cost(req, d) == 0 && b.code == over && b.remaining == 0 && a.remaining == 0:
 		default:
 			return false
@@ -305,6 +338,22 @@ func classify(req *pb.RateLimitRequest, ce pb.RateLimitResponse_Code, ae []answe
 	return ""
 }
 
+// track marks the counts that envoyproxy/ratelimit ran past loadshed's.
+// It counts rejected hits, so a count it answered over for more than one
+// unit runs ahead of loadshed's from then on. Over: OVER_LIMIT, a quota
+// answered OK without a reset (the older quota answer), or none remaining
+// where loadshed has some left (in shadow mode, answered OK).
+func track(req *pb.RateLimitRequest, ae, al []answer, diverged map[string]bool) {
+	for j, a := range ae {
+		d := req.Descriptors[j]
+		over := a.code == pb.RateLimitResponse_OVER_LIMIT || (quota(d) && a.limit > 0 && a.reset == 0) ||
+			(a.limit > 0 && a.remaining == 0 && j < len(al) && al[j].remaining > 0)
+		if over && cost(req, d) > 1 {
+			diverged[countKey(req.Domain, d)] = true
+		}
+	}
+}
+
 func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 	ctx := context.Background()
 	same, tick, older, doc := 0, 0, 0, 0
@@ -324,17 +373,7 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 		ce, ae := answers(re)
 		cl, al := answers(rl)
 		kind := classify(req, ce, ae, cl, al, diverged)
-		// envoyproxy/ratelimit counts rejected hits: a count it answered
-		// over for more than one unit runs ahead of loadshed's from then on.
-		for j, a := range ae {
-			d := req.Descriptors[j]
-			// Over: OVER_LIMIT, or a quota answered OK without a reset
-			// (the older quota answer).
-			over := a.code == pb.RateLimitResponse_OVER_LIMIT || (quota(d) && a.limit > 0 && a.reset == 0)
-			if over && cost(req, d) > 1 {
-				diverged[countKey(d)] = true
-			}
-		}
+		track(req, ae, al, diverged)
 		switch kind {
 		case "same":
 			same++
@@ -373,9 +412,14 @@ func pct(n, of int) float64 { return 100 * float64(n) / float64(max(of, 1)) }
 // envoyproxy/ratelimit before April 2026 add quotaModeEnabled and
 // quotaModeViolations, which later ones dropped (rls's package doc): the
 // check sets those two aside and counts the responses that have them.
+// The rules' metadata goes with the descriptors that passed, so where a
+// descriptor passed on one side only, for one of the documented reasons
+// the statuses differ (classify), the metadata follows it: those are
+// counted apart.
 func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 	ctx := context.Background()
-	same, older := 0, 0
+	same, older, follows := 0, 0, 0
+	diverged := map[string]bool{}
 	var diffs []string
 	for i, req := range reqs {
 		re, err := envoy.ShouldRateLimit(ctx, req)
@@ -388,6 +432,10 @@ func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequ
 			fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
 			os.Exit(1)
 		}
+		ce, ae := answers(re)
+		cl, al := answers(rl)
+		kind := classify(req, ce, ae, cl, al, diverged)
+		track(req, ae, al, diverged)
 		me, ml := proto.Clone(re.GetDynamicMetadata()).(*structpb.Struct), rl.GetDynamicMetadata()
 		if me == nil {
 			me = &structpb.Struct{}
@@ -402,12 +450,14 @@ func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequ
 			older++
 		case je == jl:
 			same++
+		case kind == "documented" && codesDiffer(ae, al):
+			follows++
 		default:
 			diffs = append(diffs, fmt.Sprintf("| %d | %s | %s | %s |", i, show(req), je, jl))
 		}
 	}
-	fmt.Printf("%d of %d responses carry the same dynamic_metadata; %d more the same but for quotaModeEnabled and quotaModeViolations, which envoyproxy/ratelimit's versions before April 2026 add (rls's package doc); %d differ:\n\n", same, len(reqs), older, len(diffs))
-	fmt.Printf("agreement: %.1f%% the same, %.1f%% with the older fields set aside, %.1f%% unexplained\n\n", pct(same, len(reqs)), pct(same+older, len(reqs)), pct(len(diffs), len(reqs)))
+	fmt.Printf("%d of %d responses carry the same dynamic_metadata; %d more the same but for quotaModeEnabled and quotaModeViolations, which envoyproxy/ratelimit's versions before April 2026 add (rls's package doc); %d more differ in the rules' metadata where a descriptor passed on one side only, for the reasons rls's package doc states (rejected hits counted, a check at the limit); %d differ otherwise:\n\n", same, len(reqs), older, follows, len(diffs))
+	fmt.Printf("agreement: %.1f%% the same, %.1f%% with the older fields set aside, %.1f%% with the documented differences, %.1f%% unexplained\n\n", pct(same, len(reqs)), pct(same+older, len(reqs)), pct(same+older+follows, len(reqs)), pct(len(diffs), len(reqs)))
 	if len(diffs) > 0 {
 		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
 		fmt.Println("|---|---|---|---|")
@@ -419,6 +469,16 @@ func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequ
 			fmt.Println(d)
 		}
 	}
+}
+
+// codesDiffer reports whether a descriptor's code differs between the two.
+func codesDiffer(ae, al []answer) bool {
+	for j := range min(len(ae), len(al)) {
+		if ae[j].code != al[j].code {
+			return true
+		}
+	}
+	return false
 }
 
 // canonical is a Struct as JSON with sorted names.
@@ -469,6 +529,9 @@ func abs(x int64) int64 {
 
 func show(req *pb.RateLimitRequest) string {
 	var b strings.Builder
+	if req.Domain != "bench" {
+		b.WriteString(req.Domain + ": ")
+	}
 	if req.HitsAddend > 0 {
 		fmt.Fprintf(&b, "hits %d: ", req.HitsAddend)
 	}
