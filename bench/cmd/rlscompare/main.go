@@ -360,16 +360,7 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 	diverged := map[string]bool{}
 	var diffs []string
 	for i, req := range reqs {
-		re, err := envoy.ShouldRateLimit(ctx, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "envoyproxy/ratelimit, request %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		rl, err := ls.ShouldRateLimit(ctx, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
-			os.Exit(1)
-		}
+		re, rl := askBoth(ctx, envoy, ls, i, req)
 		ce, ae := answers(re)
 		cl, al := answers(rl)
 		kind := classify(req, ce, ae, cl, al, diverged)
@@ -393,16 +384,39 @@ func agree(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) {
 	fmt.Printf("%d of %d requests answered the same (code, and per descriptor: code, limit_remaining, duration_until_reset, requests_per_unit); %d more differ only by a second of duration_until_reset turning between the two calls; %d more differ only where a quota is over, answered as envoyproxy/ratelimit's versions before March 2026 answer it; %d more differ where a request weighs more than one unit or none, for the reasons rls's package doc states (limit_remaining on OVER_LIMIT, rejected hits counted, a check at the limit); %d differ otherwise:\n\n", same, len(reqs), tick, older, doc, len(diffs))
 	fmt.Printf("agreement: %.1f%% the same, %.1f%% with a turning second, %.1f%% with the older quota answer, %.1f%% with the documented differences, %.1f%% unexplained\n\n",
 		pct(same, len(reqs)), pct(same+tick, len(reqs)), pct(same+tick+older, len(reqs)), pct(same+tick+older+doc, len(reqs)), pct(len(diffs), len(reqs)))
-	if len(diffs) > 0 {
-		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
-		fmt.Println("|---|---|---|---|")
-		for i, d := range diffs {
-			if i == 40 {
-				fmt.Printf("| … | %d more | | |\n", len(diffs)-40)
-				break
-			}
-			fmt.Println(d)
+	printDiffs(diffs, 40)
+}
+
+// askBoth sends request i to both services and returns their answers; an
+// error from either ends the run.
+func askBoth(ctx context.Context, envoy, ls pb.RateLimitServiceClient, i int, req *pb.RateLimitRequest) (re, rl *pb.RateLimitResponse) {
+	re, err := envoy.ShouldRateLimit(ctx, req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "envoyproxy/ratelimit, request %d: %v\n", i, err)
+		os.Exit(1)
+	}
+	rl, err = ls.ShouldRateLimit(ctx, req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
+		os.Exit(1)
+	}
+	return re, rl
+}
+
+// printDiffs prints the answers that differ unexplained as a table, the
+// first most of them and a count of the rest.
+func printDiffs(diffs []string, most int) {
+	if len(diffs) == 0 {
+		return
+	}
+	fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
+	fmt.Println("|---|---|---|---|")
+	for i, d := range diffs {
+		if i == most {
+			fmt.Printf("| … | %d more | | |\n", len(diffs)-most)
+			break
 		}
+		fmt.Println(d)
 	}
 }
 
@@ -422,16 +436,7 @@ func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequ
 	diverged := map[string]bool{}
 	var diffs []string
 	for i, req := range reqs {
-		re, err := envoy.ShouldRateLimit(ctx, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "envoyproxy/ratelimit, request %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		rl, err := ls.ShouldRateLimit(ctx, req)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "loadshed, request %d: %v\n", i, err)
-			os.Exit(1)
-		}
+		re, rl := askBoth(ctx, envoy, ls, i, req)
 		ce, ae := answers(re)
 		cl, al := answers(rl)
 		kind := classify(req, ce, ae, cl, al, diverged)
@@ -458,17 +463,7 @@ func agreeMetadata(envoy, ls pb.RateLimitServiceClient, reqs []*pb.RateLimitRequ
 	}
 	fmt.Printf("%d of %d responses carry the same dynamic_metadata; %d more the same but for quotaModeEnabled and quotaModeViolations, which envoyproxy/ratelimit's versions before April 2026 add (rls's package doc); %d more differ in the rules' metadata where a descriptor passed on one side only, for the reasons rls's package doc states (rejected hits counted, a check at the limit); %d differ otherwise:\n\n", same, len(reqs), older, follows, len(diffs))
 	fmt.Printf("agreement: %.1f%% the same, %.1f%% with the older fields set aside, %.1f%% with the documented differences, %.1f%% unexplained\n\n", pct(same, len(reqs)), pct(same+older, len(reqs)), pct(same+older+follows, len(reqs)), pct(len(diffs), len(reqs)))
-	if len(diffs) > 0 {
-		fmt.Println("| # | request | envoyproxy/ratelimit | loadshed |")
-		fmt.Println("|---|---|---|---|")
-		for i, d := range diffs {
-			if i == 20 {
-				fmt.Printf("| … | %d more | | |\n", len(diffs)-20)
-				break
-			}
-			fmt.Println(d)
-		}
-	}
+	printDiffs(diffs, 20)
 }
 
 // codesDiffer reports whether a descriptor's code differs between the two.
