@@ -28,6 +28,19 @@ func TestFairQueueServesTheLightClientFirst(t *testing.T) {
 		}
 		held = append(held, ls)
 	}
+	// heavy keeps the queue busy for a while: ten grants from it, one
+	// after the other.
+	for i := 0; i < 10; i++ {
+		w := acquireAsync(ctx, l, heavy)
+		queued(t, l, 1)
+		clock.Advance(10 * time.Millisecond)
+		held[0].Release(shed.Completed)
+		r := <-w
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		held[0] = r.lease
+	}
 	var waiting []chan result
 	for i := 0; i < 5; i++ {
 		waiting = append(waiting, acquireAsync(ctx, l, heavy))
@@ -58,33 +71,25 @@ func TestFairQueueServesTheLightClientFirst(t *testing.T) {
 	}
 	queued(t, l, 5)
 
-	// A light client is served within two releases, though heavy queued
-	// first: a client one grant ahead of the others may still be served
-	// in its turn (the plain queue's order among even clients), not two.
+	// A light client is served at the next release, though heavy queued
+	// first.
 	clock.Advance(10 * time.Millisecond)
 	held[1].Release(shed.Completed)
 	var ls shed.Lease
-	queuedHeavy := 3
-	for round := 0; ls.Ref == nil; round++ {
-		select {
-		case r := <-light:
-			ls = r.lease
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-		case r := <-light2:
-			ls = r.lease
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-		case r := <-waiting[round]:
-			if round > 0 || r.err != nil {
-				t.Fatalf("heavy's waiter %d granted (%v) before the light clients", round, r.err)
-			}
-			queuedHeavy--
-			clock.Advance(10 * time.Millisecond)
-			r.lease.Release(shed.Completed)
+	const queuedHeavy = 3
+	select {
+	case r := <-light:
+		ls = r.lease
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
+	case r := <-light2:
+		ls = r.lease
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	case r := <-waiting[0]:
+		t.Fatalf("heavy's waiter granted (%v) before the light clients", r.err)
 	}
 	top := l.TopClients(3)
 	if len(top) == 0 || top[0].Key != "heavy" || top[0].Queued != queuedHeavy {

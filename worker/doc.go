@@ -54,7 +54,8 @@
 // inside would not let it: the limit's first growth, by half a window,
 // goes on through such a rise until throughput stops following k.
 //
-// Every window (at least 100ms, two latencies and two dozen completions)
+// Every window (at least 100ms, two latencies and two dozen completions;
+// a few completions while the CPU reads saturated)
 // the limit moves toward g × limit + a tenth of it, where g = clamp(1.1 ×
 // baseline / R, 0.5, 1), as Netflix's Gradient2 and Envoy's adaptive
 // concurrency filter do: past the knee it settles at about 1.1 × knee plus

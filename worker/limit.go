@@ -61,6 +61,15 @@ type LimitConfig struct {
 // has run ten times its length): fewer make the mean too noisy to steer by.
 const minLimitSamples = 24
 
+// minCappedSamples is the fewest completions a window closes on while the
+// CPU reads saturated. Such a window only shrinks the limit (by
+// capShrink), whatever its mean, and each window waited for two dozen
+// completions kept a CPU-bound service that a flood met at its initial
+// limit running several requests at once for seconds: with 10ms handlers
+// on one CPU every window lasted a quarter of a second, and a request
+// that arrived meanwhile shared the CPU with all of them.
+const minCappedSamples = 6
+
 // limiter learns the in-flight limit from what the layer observes: the
 // latency of admitted work from admission to release (queue wait not
 // included), against a baseline kept current, and the throughput.
@@ -157,7 +166,11 @@ func (l *limiter) observe(now time.Time, latency time.Duration) bool {
 	t := now.UnixNano()
 	elapsed := t - l.start.Load()
 	w := l.window.Load()
-	if elapsed < w || (n < minLimitSamples && elapsed < 10*w) {
+	need := int64(minLimitSamples)
+	if l.capped.Load() {
+		need = minCappedSamples
+	}
+	if elapsed < w || (n < need && elapsed < 10*w) {
 		return false
 	}
 	if !l.mu.TryLock() {

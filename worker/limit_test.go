@@ -238,3 +238,24 @@ func TestLearntLimitSlowStartGoesOnWhileThroughputFollows(t *testing.T) {
 		})
 	}
 }
+
+// While the CPU reads saturated a window closes on a few completions, so
+// that a slow CPU-bound service (10ms handlers, 92 a second) met by a
+// flood at the initial limit is down to one in flight per CPU within a
+// second, not the several a window of two dozen completions would take.
+func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newLimiter(LimitConfig{Initial: 4, Min: 1, Max: 100, Window: DefaultLimitWindow, Tolerance: DefaultLimitTolerance}, now)
+	l.capped.Store(true)
+	start := now
+	for l.Limit() > 1 {
+		now = now.Add(11 * time.Millisecond)
+		l.observe(now, time.Duration(l.Limit())*10*time.Millisecond)
+		if now.Sub(start) > 5*time.Second {
+			t.Fatalf("limit %d after 5s of a saturated CPU, want 1", l.Limit())
+		}
+	}
+	if d := now.Sub(start); d > time.Second {
+		t.Fatalf("limit down to 1 after %v of a saturated CPU, want within 1s", d)
+	}
+}

@@ -150,7 +150,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", filepath.Join(os.TempDir(), "loadshed-overload"), "directory for the chart, the table and the servers' logs (a folder per scenario when there are several)")
 	fs.StringVar(&o.redis, "redis", "", "Redis address: run a fleet sharing it (with -instances)")
 	fs.IntVar(&o.instances, "instances", 1, "server processes; more than one needs -redis")
-	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU)")
+	setups := fs.String("setups", "none,blind-limit,loadshed", "set-ups to compare: none, blind-limit, loadshed (the default set-up), loadshed-cpubound (tuned for one CPU), loadshed-fifo (the default with fair share off)")
 	fs.StringVar(&o.watch, "watch", "", "listen address of loadshed's server (e.g. 127.0.0.1:8090), to watch the flood live on its status page, /debug/loadshed; default a free port per step")
 	serverFlags := fs.String("server-flags", "", "extra flags for loadshed's servers, space-separated (see go run ./examples/server -h)")
 	fs.StringVar(&o.results, "results", "", "also write each scenario's results into this directory's overload.md and overload.json (docs/results from the repository's root), keeping the other scenarios' there")

@@ -148,4 +148,6 @@ func steady(samples []sample, changes []*change, whole bool) []sample {
 
 // isLoadshed is whether a set-up is one of loadshed's, whose targets are
 // checked.
-func isLoadshed(p api.Protection) bool { return p == api.Loadshed || p == api.LoadshedCPUBound }
+func isLoadshed(p api.Protection) bool {
+	return p == api.Loadshed || p == api.LoadshedCPUBound || p == api.LoadshedFIFO
+}

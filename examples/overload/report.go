@@ -210,6 +210,8 @@ func (r *report) setupTitle(p api.Protection) string {
 		return "loadshed's default set-up"
 	case api.LoadshedCPUBound:
 		return "loadshed tuned for one CPU (worker.CPUBound, budgets, in-flight cap)"
+	case api.LoadshedFIFO:
+		return "loadshed's default set-up with fair share off (arrival order within a priority)"
 	}
 	return string(p)
 }

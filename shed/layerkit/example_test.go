@@ -119,11 +119,12 @@ func ExampleWaitQueue() {
 	// sheddable: 2s shed: layer rejected a request (503): queue wait timed out
 }
 
-// A fair queue in front of one slot: a client that has had a slot from the
-// queue waits behind one that has not, though it queued first.
+// A fair queue in front of one slot: a client that keeps the queue full
+// (heavy) has had the slot time after time; a client that asks now and
+// then (light) is served next, though heavy's waiters queued first.
 func ExampleNewFairQueue() {
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	q, err := layerkit.NewFairQueue(shed.QueueConfig{MaxLength: 8, MaxWait: time.Second, Clock: clock}, layerkit.Fairness{})
+	q, err := layerkit.NewFairQueue(shed.QueueConfig{MaxLength: 16, MaxWait: time.Minute, Clock: clock}, layerkit.Fairness{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -135,7 +136,7 @@ func ExampleNewFairQueue() {
 		key    string
 		ticket layerkit.Ticket
 	}
-	granted := make(chan grant, 8)
+	granted := make(chan grant, 16)
 	wait := func(key string) {
 		n := q.Len()
 		go func() {
@@ -158,17 +159,21 @@ func ExampleNewFairQueue() {
 	}
 
 	first, _, _ := q.WaitRequest(context.Background(), shed.Request{Key: "heavy"}, time.Time{}, take, giveBack)
-	wait("heavy")
-	wait("heavy")
-	g := release(first) // heavy's first waiter: heavy has had a slot from the queue
-	fmt.Println(g.key)
+	for range 14 {
+		wait("heavy")
+	}
+	g := grant{"heavy", first}
+	for range 12 {
+		g = release(g.ticket) // heavy's waiters, one after the other
+	}
+	fmt.Println(g.key, q.Len(), "waiting")
 	wait("light") // queued last, served next: it has had nothing
 	g = release(g.ticket)
 	fmt.Println(g.key)
 	g = release(g.ticket)
 	fmt.Println(g.key)
 	// Output:
-	// heavy
+	// heavy 2 waiting
 	// light
 	// heavy
 }

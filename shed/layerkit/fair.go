@@ -25,10 +25,11 @@ import (
 //     average at the grant, corrected by Ticket.Done with the time the
 //     slot was actually held: seat-seconds), divided by the client's
 //     weight. Capacity goes to the flow of the highest priority that has
-//     had the least (among flows within one grant of it, to the oldest
-//     waiter, or the newest under AdaptiveLIFO); a flow that starts
-//     waiting starts level with the flow served last, so that idling
-//     earns no credit.
+//     had the least (among flows within fairWindow grants of it, to the
+//     oldest waiter, or the newest under AdaptiveLIFO); a flow that
+//     starts waiting starts fairWindow grants behind the flow served
+//     last, so that a client that asks now and then is served ahead of
+//     one that keeps the queue full, and idling earns no more credit.
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
@@ -89,6 +90,7 @@ type level struct {
 	// hold is the average time a granted unit held its slot (ns): what a
 	// grant charges before its Ticket says.
 	hold float64
+	held bool // hold has been measured
 	top  topClients
 }
 
@@ -100,6 +102,18 @@ type flow struct {
 	weight float64 // its weight
 	served float64 // virtual time: seat-ns served, per weight
 }
+
+// fairWindow is, in grants (the average charge of one), how far ahead of
+// the least served client a client may be and still be served in arrival
+// order, and how far behind the client served last a client that starts
+// waiting starts. Being one number, a newcomer is served ahead of every
+// client served since it last waited, whatever the window. The window is
+// wide so that a flood of many equal keys, each asking more than its
+// share, is served nearly in arrival order: fair queuing among equals
+// only reorders them, which lengthens the tail of everybody's latency
+// (the demonstration's I/O-bound scenario compares the set-ups loadshed
+// and loadshed-fifo).
+const fairWindow = 8
 
 // initialHold is what a grant charges per unit before any Ticket said how
 // long slots are held. Any positive value does: Done corrects it.
@@ -127,11 +141,16 @@ func (lv *level) push(w *waiter, fair bool) {
 		}
 		lv.flows = make([]flow, n)
 		lv.hold = initialHold
+		for i := range lv.flows {
+			// No credit to carry: a flow's first client starts where
+			// any newcomer does.
+			lv.flows[i].served = math.Inf(-1)
+		}
 	}
 	i := lv.choose(w.hash)
 	f := &lv.flows[i]
 	if f.n == 0 {
-		f.served = max(f.served, lv.vnow)
+		f.served = max(f.served, lv.vnow-fairWindow*lv.hold)
 		lv.nonEmpty |= 1 << i
 	}
 	f.list.pushBack(w)
@@ -182,18 +201,18 @@ func (lv *level) choose(h uint64) int {
 	return best
 }
 
-// next returns the flow to serve: of the non-empty flows within one
-// grant's charge of the least served in virtual time, the one whose
-// waiter is oldest (newest under LIFO). Clients even in their service are
-// so served in the order a plain queue would serve them, and a client
-// ahead of another by more than a grant waits for it. The level must
-// not be empty.
+// next returns the flow to serve: of the non-empty flows within
+// fairWindow grants' charge of the least served in virtual time, the one
+// whose waiter is oldest (newest under LIFO). Clients even in their
+// service are so served in the order a plain queue would serve them, and
+// a client ahead of another by more than the window waits for it. The
+// level must not be empty.
 func (lv *level) next(lifo bool) int {
 	least := math.Inf(1)
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
 		least = min(least, lv.flows[bits.TrailingZeros64(m)].served)
 	}
-	bound := least + lv.hold
+	bound := least + fairWindow*lv.hold
 	best := -1
 	var bestSeq uint64
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
@@ -269,7 +288,13 @@ func (t *Ticket) done() {
 	seat := held * float64(t.units)
 	q.mu.Lock()
 	lv := &q.levels[t.level]
-	lv.hold += (held - lv.hold) / holdSmoothing
+	if lv.held {
+		lv.hold += (held - lv.hold) / holdSmoothing
+	} else {
+		// The first hold measured replaces the guess at once: the window
+		// and a newcomer's credit are counted in it.
+		lv.hold, lv.held = held, true
+	}
 	lv.flows[t.flow].served += (seat - t.charged) / t.weight
 	lv.top.done(now, t.hash, seat-t.charged, t.units)
 	q.mu.Unlock()

@@ -393,3 +393,64 @@ func TestFairManyKeysCountAsManyClients(t *testing.T) {
 		t.Fatalf("the client with 7 keys got %.3f of the capacity, want about 7/8", share)
 	}
 }
+
+// A client that asks now and then is served at the next free slot, ahead
+// of a client that keeps the queue full, whichever queued first; and that
+// holds again when it comes back (its credit is bounded, not spent).
+func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inUse atomic.Int64
+	take := func() bool { return inUse.CompareAndSwap(0, 1) }
+	type grant struct {
+		key string
+		t   Ticket
+	}
+	granted := make(chan grant, 64)
+	wait := func(key string) {
+		n := q.Len()
+		go func() {
+			tk, _, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, func() { inUse.Store(0) })
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- grant{key, tk}
+		}()
+		for q.Len() == n {
+			runtime.Gosched()
+		}
+	}
+	if !take() {
+		t.Fatal("the slot is taken")
+	}
+	cur := grant{key: "heavy"}
+	release := func() grant {
+		clock.Advance(10 * time.Millisecond)
+		inUse.Store(0)
+		cur.t.Done()
+		q.Notify()
+		cur = <-granted
+		return cur
+	}
+	for range 8 {
+		wait("heavy")
+	}
+	for round := range 40 {
+		if g := release(); g.key != "heavy" {
+			t.Fatalf("round %d: %s granted, want heavy, the only one waiting", round, g.key)
+		}
+		wait("heavy")
+		if round < 2*fairWindow || round%5 != 0 {
+			continue
+		}
+		light := fmt.Sprintf("light-%d", round%3) // the same three come back
+		wait(light)
+		if g := release(); g.key != light {
+			t.Fatalf("round %d: %s granted, want %s, which asks now and then", round, g.key, light)
+		}
+		wait("heavy")
+	}
+}

@@ -46,15 +46,21 @@ const (
 	// in-flight cap of 8 with a priority queue, the fleet-usage shedder and
 	// worker.CPUBound() with a worker budget (LayerSettings).
 	LoadshedCPUBound Protection = "loadshed-cpubound"
+	// LoadshedFIFO is the default set-up with fair share turned off
+	// (worker.Config.Fairness.Off): the requests of one priority are served
+	// in arrival order, whoever sent them. It is there to compare: what
+	// fair share costs a service whose clients are alike, and what it
+	// saves one whose client floods.
+	LoadshedFIFO Protection = "loadshed-fifo"
 )
 
 // ParseProtection reads a protection's name.
 func ParseProtection(s string) (Protection, error) {
 	switch p := Protection(s); p {
-	case Unprotected, BlindLimit, Loadshed, LoadshedCPUBound:
+	case Unprotected, BlindLimit, Loadshed, LoadshedCPUBound, LoadshedFIFO:
 		return p, nil
 	}
-	return "", fmt.Errorf("api: unknown protection %q (want %s, %s, %s or %s)", s, Unprotected, BlindLimit, Loadshed, LoadshedCPUBound)
+	return "", fmt.Errorf("api: unknown protection %q (want %s, %s, %s, %s or %s)", s, Unprotected, BlindLimit, Loadshed, LoadshedCPUBound, LoadshedFIFO)
 }
 
 // The routes and their priorities. A request with X-Test-Mode: true is
@@ -153,7 +159,7 @@ func New(cfg Config) (*Service, error) {
 	case Unprotected:
 	case BlindLimit:
 		protect, err = s.blindLimit(cfg.GlobalRate)
-	case Loadshed, LoadshedCPUBound:
+	case Loadshed, LoadshedCPUBound, LoadshedFIFO:
 		if cfg.ConfigFile != "" {
 			protect, err = s.fromFile(cfg.ConfigFile)
 		} else {
@@ -396,6 +402,7 @@ func (st *Stats) count(next http.Handler) http.Handler {
 			if a == OK {
 				st.served[p.Index()].observe(time.Since(start))
 			}
+
 		}()
 		next.ServeHTTP(sw, r)
 	})

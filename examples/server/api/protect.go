@@ -195,6 +195,7 @@ func (s *Service) loadshed(cfg Config) (func(http.Handler) http.Handler, error) 
 		layers = append(layers, inFlight)
 		wc = cpuBound(ls)
 	}
+	wc.Fairness.Off = cfg.Protection == LoadshedFIFO
 	fl, err := s.fleetLayer(cfg, ls)
 	if err != nil {
 		return nil, err
