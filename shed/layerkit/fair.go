@@ -33,6 +33,12 @@ import (
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
+//   - While a client of a priority is served beyond the window (a flood),
+//     a client's only waiter that is next in line at that priority is not
+//     refused when its wait runs out: it may wait once more as long again,
+//     up to its request's Deadline. The wait bound is there to refuse the
+//     flood in time for a retry, not the client that only waited for the
+//     capacity higher priorities took.
 //
 // A client asking less than its share is served as it asks; what it leaves
 // goes to the others. Memory and the time of a decision do not grow with
@@ -230,6 +236,42 @@ func (lv *level) next(lifo bool) int {
 		}
 	}
 	return best
+}
+
+// extension returns how much longer w may wait once its wait has run out,
+// or 0: a waiter that is its client's only one, whose client is next in
+// line at its priority (within the window of the least served) while
+// another client of that priority is served beyond the window (a flood),
+// waits once more as long again, though not past its request's own
+// deadline. A standing queue is made by the clients that keep it full,
+// and its wait bound is there to refuse their requests in time for a
+// retry; a client that asks now and then is not one of them, and it
+// waited only for the capacity that higher priorities took. mu is held.
+func (q *WaitQueue) extension(w *waiter) time.Duration {
+	if !q.fair || w.extended {
+		return 0
+	}
+	lv := &q.levels[w.level]
+	f := &lv.flows[w.flow]
+	if f.n != 1 || f.owner != w.hash {
+		return 0
+	}
+	flood := false
+	for m := lv.nonEmpty; m != 0; m &= m - 1 {
+		served := lv.flows[bits.TrailingZeros64(m)].served
+		if served+fairWindow*lv.hold < f.served {
+			return 0 // not next in line
+		}
+		flood = flood || served > f.served+fairWindow*lv.hold
+	}
+	if !flood {
+		return 0 // nobody keeps the queue full: MaxWait as it is
+	}
+	d := w.timeout
+	if !w.hard.IsZero() {
+		d = min(d, w.hard.Sub(q.clock.Now()))
+	}
+	return d
 }
 
 // longest returns the non-empty flow with the most waiters per weight.

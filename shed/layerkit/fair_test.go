@@ -454,3 +454,79 @@ func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
 		wait("heavy")
 	}
 }
+
+// While another client keeps the queue full, a client's only waiter that
+// is next in line is not refused when MaxWait runs out: it waits once more
+// as long again (the capacity went elsewhere, not to a flood of its own).
+func TestFairNextInLineWaitsOnceMore(t *testing.T) {
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	const maxWait = 100 * time.Millisecond
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: maxWait, Clock: clock}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inUse atomic.Int64
+	take := func() bool { return inUse.CompareAndSwap(0, 1) }
+	type result struct {
+		key    string
+		t      Ticket
+		waited time.Duration
+		err    error
+	}
+	done := make(chan result, 64)
+	wait := func(key string) {
+		n := q.Len()
+		go func() {
+			tk, waited, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, func() { inUse.Store(0) })
+			done <- result{key, tk, waited, err}
+		}()
+		for q.Len() == n {
+			runtime.Gosched()
+		}
+	}
+	if !take() {
+		t.Fatal("the slot is taken")
+	}
+	var cur Ticket
+	// heavy has the slot time after time, well past the window.
+	for range 3 * fairWindow {
+		wait("heavy")
+		clock.Advance(10 * time.Millisecond)
+		inUse.Store(0)
+		cur.Done()
+		q.Notify()
+		r := <-done
+		if r.err != nil || r.key != "heavy" {
+			t.Fatalf("%s: %v", r.key, r.err)
+		}
+		cur = r.t
+	}
+	wait("light")
+	clock.Advance(maxWait / 2)
+	wait("heavy") // the flood goes on
+	clock.Advance(maxWait / 2)
+	// Its MaxWait has run out; heavy's waiter has not.
+	select {
+	case r := <-done:
+		t.Fatalf("%s left the queue (%v) when light's MaxWait ran out, want light extended", r.key, r.err)
+	default:
+	}
+	clock.Advance(maxWait / 4)
+	inUse.Store(0)
+	cur.Done()
+	q.Notify()
+	r := <-done
+	if r.key != "light" || r.err != nil || r.waited != 5*maxWait/4 {
+		t.Fatalf("%s granted after %v (%v), want light after %v", r.key, r.waited, r.err, 5*maxWait/4)
+	}
+	// A lone waiter: MaxWait as it is.
+	clock.Advance(maxWait / 4)
+	if r := <-done; r.key != "heavy" || r.err == nil {
+		t.Fatalf("%s: %v, want heavy timed out at MaxWait", r.key, r.err)
+	}
+	wait("light")
+	clock.Advance(maxWait)
+	if r := <-done; r.key != "light" || r.err == nil || r.waited != maxWait {
+		t.Fatalf("%s after %v: %v, want light, alone, timed out at MaxWait", r.key, r.waited, r.err)
+	}
+}

@@ -136,6 +136,12 @@ type waiter struct {
 	units  int64
 	weight float64
 	ticket Ticket // set when granted
+
+	// The wait it was given, the request's own deadline (zero: none),
+	// and whether the wait was extended once (fair.go, extension).
+	timeout  time.Duration
+	hard     time.Time
+	extended bool
 }
 
 // waitList is an intrusive doubly linked list, so that a waiter leaving
@@ -244,6 +250,7 @@ func (q *WaitQueue) wait(ctx context.Context, req shed.Request, deadline time.Ti
 	// The timer is set before the waiter is visible (Len), so that a test
 	// that sees it queued also sees its timer on a manual clock. It cannot
 	// fire early: expire needs mu.
+	w.timeout, w.hard = timeout, req.Deadline
 	w.timer = q.clock.AfterFunc(timeout, func() { q.expire(w) })
 	q.push(w, start)
 	q.dispatch()
@@ -443,8 +450,13 @@ func (q *WaitQueue) finish(w *waiter, s waitState) {
 func (q *WaitQueue) expire(w *waiter) {
 	q.mu.Lock()
 	if w.state == waiting {
-		q.finish(w, timedOut)
-		q.dispatch()
+		if d := q.extension(w); d > 0 {
+			w.extended = true
+			w.timer = q.clock.AfterFunc(d, func() { q.expire(w) })
+		} else {
+			q.finish(w, timedOut)
+			q.dispatch()
+		}
 	}
 	q.mu.Unlock()
 }
