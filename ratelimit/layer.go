@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/internal/overage"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -105,7 +106,7 @@ func New(cfg Config) (*Layer, error) {
 	if cfg.MaxKeys < 0 {
 		errs = append(errs, fmt.Errorf("ratelimit: Config.MaxKeys must not be negative, got %d", cfg.MaxKeys))
 	}
-	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
+	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: clockx.Or(cfg.Clock), onErr: cfg.OnError}
 	if l.name == "" {
 		l.name = DefaultName
 	}
