@@ -23,6 +23,7 @@ import (
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/internal/yamlbound"
 	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
 )
 
 type yamlRoot struct {
@@ -384,7 +385,7 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 		p.errorf(path+".mode", "unknown mode %q (allowed: hard, soft)", r.Mode)
 		return false
 	}
-	s := &Soft{Overage: r.Overage}
+	s := &shed.Enforcement{Mode: shed.Soft, Overage: r.Overage}
 	ok := true
 	for _, f := range []struct {
 		name, v string
@@ -404,7 +405,7 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 	if !ok {
 		return false
 	}
-	if err := s.enforcement().Validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		p.errorf(path+".overage", "%v", err)
 		ok = false
 	}
