@@ -7,7 +7,6 @@ package rls
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -87,21 +86,16 @@ func isEnvoyConfig(path string, lim config.Limits) bool {
 	return looksEnvoy(data, yamlLimits(lim))
 }
 
-// readLimited reads path, up to one byte past lim's size, so that the
-// size check of a larger file reads no more of it.
+// readLimited reads path within lim's size (yamlbound.ReadFile): a larger
+// file is refused as config.Errors at its first line.
 func readLimited(path string, lim config.Limits) ([]byte, error) {
-	fh, err := os.Open(path)
+	data, err := yamlbound.ReadFile(path, lim.WithDefaults().MaxBytes)
+	var be *yamlbound.Error
+	if errors.As(err, &be) {
+		return nil, config.Errors{yamlError(path, err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
-	}
-	defer fh.Close()
-	max := lim.WithDefaults().MaxBytes
-	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
-		return nil, config.Errors{config.TooLarge(path, fi.Size(), max)}
-	}
-	data, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("rls: reading %s: %w", path, err)
 	}
 	return data, nil
 }
