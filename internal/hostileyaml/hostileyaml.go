@@ -29,34 +29,31 @@ func Deep(head, key string, n int) string {
 // each level lists ten descriptors whose children are the previous level,
 // 10^(levels-1) valid limits in all once the aliases are expanded.
 func EnvoyLaughs(levels int) string {
-	var b strings.Builder
-	b.WriteString("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &a0 [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
-	for i := 1; i < levels; i++ {
-		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &a%d [", i, i)
-		for j := range 10 {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}", j, i-1)
-		}
-		b.WriteString("]\n")
-	}
-	return b.String()
+	return laughs("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &a0 [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+		"  - key: l%[1]d\n    descriptors: &a%[1]d [", "{key: k%[1]d, descriptors: *a%[2]d}", levels)
 }
 
 // LoadshedLaughs multiplies a loadshed file's descriptors by aliases, each
 // level ten of the previous one; every leaf is wrong (no unit), so that a
 // file within the limits still has thousands of errors.
 func LoadshedLaughs(levels int) string {
+	return laughs("layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          descriptors: &a0 [{key: route, rate_limit: {requests_per_unit: 1}}]\n",
+		"        - key: key\n          descriptors: &a%[1]d [", "{key: route, value: v%[1]d, descriptors: *a%[2]d}", levels)
+}
+
+// laughs is first (the level &a0), then each further level i as level
+// formats it (%[1]d: i), listing ten children as child formats them
+// (%[1]d: the child, %[2]d: the level they alias, i-1).
+func laughs(first, level, child string, levels int) string {
 	var b strings.Builder
-	b.WriteString("layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          descriptors: &a0 [{key: route, rate_limit: {requests_per_unit: 1}}]\n")
+	b.WriteString(first)
 	for i := 1; i < levels; i++ {
-		fmt.Fprintf(&b, "        - key: key\n          descriptors: &a%d [", i)
+		fmt.Fprintf(&b, level, i)
 		for j := range 10 {
 			if j > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "{key: route, value: v%d, descriptors: *a%d}", j, i-1)
+			fmt.Fprintf(&b, child, j, i-1)
 		}
 		b.WriteString("]\n")
 	}
