@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/cacheline"
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
 )
@@ -57,7 +58,7 @@ func New(cfg Config) (*Layer, error) {
 		perKey:     cfg.PerKey,
 		hasAll:     cfg.Limit > 0 || cfg.Adaptive != nil,
 		enf:        cfg.Enforcement,
-		clock:      shed.ClockOr(cfg.Clock),
+		clock:      clockx.Or(cfg.Clock),
 		retryAfter: cfg.RetryAfter,
 	}
 	if l.name == "" {

@@ -3,9 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -70,21 +68,16 @@ func load(path string, opts Options, prev *Built) (*Built, error) {
 	return b, err
 }
 
-// readFile reads path, up to one byte past lim's size, so that the size
-// check of a larger file reads no more of it.
+// readFile reads path within lim's size (yamlbound.ReadFile): a larger
+// file is refused as Errors at its first line.
 func readFile(path string, lim Limits) ([]byte, error) {
-	fh, err := os.Open(path)
+	data, err := yamlbound.ReadFile(path, lim.WithDefaults().MaxBytes)
+	var be *yamlbound.Error
+	if errors.As(err, &be) {
+		return nil, Errors{{File: path, Line: be.Line, Column: be.Column, Msg: be.Msg}}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer fh.Close()
-	max := lim.WithDefaults().MaxBytes
-	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
-		return nil, Errors{TooLarge(path, fi.Size(), max)}
-	}
-	data, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("config: reading %s: %w", path, err)
 	}
 	return data, nil
 }

@@ -5,48 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/loadshed/loadshed/internal/hostileyaml"
 	"github.com/loadshed/loadshed/shed"
 )
-
-// deepDescriptors nests a ratelimit layer's descriptors n deep.
-func deepDescriptors(n int) string {
-	return "layers:\n  - ratelimit:\n      descriptors: " + strings.Repeat("[{key: key, descriptors: ", n) + "[]" + strings.Repeat("}]", n) + "\n"
-}
-
-// aliasedDescriptors multiplies descriptors by aliases, each level ten of
-// the previous one; every leaf is wrong (no unit), so that a file within
-// the limits still has thousands of errors.
-func aliasedDescriptors(levels int) string {
-	var b strings.Builder
-	b.WriteString("layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          descriptors: &a0 [{key: route, rate_limit: {requests_per_unit: 1}}]\n")
-	for i := 1; i < levels; i++ {
-		fmt.Fprintf(&b, "        - key: key\n          descriptors: &a%d [", i)
-		for j := range 10 {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{key: route, value: v%d, descriptors: *a%d}", j, i-1)
-		}
-		b.WriteString("]\n")
-	}
-	return b.String()
-}
-
-func measure(f func()) (time.Duration, float64) {
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	f()
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	return took, float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
-}
 
 // Hostile files in loadshed's format are refused by Parse and Load with a
 // position, in a few MB; a refusal with thousands of errors lists twenty.
@@ -56,26 +20,26 @@ func TestHostileFilesAreRefusedCheaply(t *testing.T) {
 		name, data, msg string
 		maxMiB          float64
 	}{
-		{"descriptors nested 10000 deep", deepDescriptors(10_000), "nested deeper than 100 levels", 8},
+		{"descriptors nested 10000 deep", hostileyaml.Deep(hostileyaml.LoadshedHead, "key", 10_000), "nested deeper than 100 levels", 8},
 		{"descriptors nested 10000 deep in JSON", `{"layers": [{"ratelimit": {"descriptors": ` + strings.Repeat(`[{"key": "key", "descriptors": `, 10_000) + "[]" + strings.Repeat("}]", 10_000) + "}}]}", "nested deeper than 100 levels", 8},
-		{"descriptors multiplied by aliases", aliasedDescriptors(9), "values", 8},
+		{"descriptors multiplied by aliases", hostileyaml.LoadshedLaughs(9), "values", 8},
 		// Within the limits: decoded, then thousands of errors. It costs
 		// what a file of that many descriptors costs; the message stays short.
-		{"thousands of errors", aliasedDescriptors(4), "more errors", 64},
+		{"thousands of errors", hostileyaml.LoadshedLaughs(4), "more errors", 64},
 		{"a file over the size limit", "layers: []\n#" + strings.Repeat("x", DefaultMaxBytes) + "\n", "bytes, more than the", 8},
 		{"requests_per_unit 2.5", "layers:\n  - ratelimit:\n      descriptors:\n        - key: key\n          rate_limit: {unit: second, requests_per_unit: 2.5}\n", "want a whole number", 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := []byte(c.data)
 			var err error
-			took, heap := measure(func() { _, err = Parse("f.yaml", data, opts) })
+			took, heap := hostileyaml.Measure(func() { _, err = Parse("f.yaml", data, opts) })
 			t.Logf("Parse: %d bytes refused in %v, %.2f MiB allocated", len(data), took, heap)
 			check(t, err, c.msg, heap, c.maxMiB)
 			path := filepath.Join(t.TempDir(), "f.yaml")
 			if err := os.WriteFile(path, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			took, heap = measure(func() { _, err = Load(path, opts) })
+			took, heap = hostileyaml.Measure(func() { _, err = Load(path, opts) })
 			t.Logf("Load: refused in %v, %.2f MiB allocated", took, heap)
 			check(t, err, c.msg, heap, c.maxMiB)
 		})
@@ -113,9 +77,9 @@ func TestLiveRefusesAHostileFileAndKeepsServing(t *testing.T) {
 		t.Fatalf("LastReload before any: %v %v", at, err)
 	}
 	before := l.Current()
-	writeFile(t, path, aliasedDescriptors(9))
+	writeFile(t, path, hostileyaml.LoadshedLaughs(9))
 	var err error
-	took, heap := measure(func() { err = l.Reload() })
+	took, heap := hostileyaml.Measure(func() { err = l.Reload() })
 	t.Logf("Reload: refused in %v, %.2f MiB allocated: %v", took, heap, err)
 	if err == nil || heap > 8 {
 		t.Fatalf("Reload: %v after %.1f MiB, want a refusal in at most 8", err, heap)
@@ -157,8 +121,8 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(`{"layers": [{"ratelimit": {"descriptors": ` + strings.Repeat(`[{"key": "key", "descriptors": `, 200) + "[]" + strings.Repeat("}]", 200) + "}}]}"))
 	f.Add([]byte(`{"layers": [{"concurrency": {"limit": -1, "retry_after": "-1s"}}, {"worker": {}}]}`))
 	f.Add([]byte(`[[[[{"a": "\ud800"}]]]]`))
-	f.Add([]byte(deepDescriptors(200)))
-	f.Add([]byte(aliasedDescriptors(5)))
+	f.Add([]byte(hostileyaml.Deep(hostileyaml.LoadshedHead, "key", 200)))
+	f.Add([]byte(hostileyaml.LoadshedLaughs(5)))
 	opts := Options{Headroom: shed.HeadroomFunc(func() float64 { return 0.5 }), MemoryOnly: true}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz.json", data, opts)

@@ -1,10 +1,6 @@
 package config
 
-import (
-	"fmt"
-
-	"github.com/loadshed/loadshed/internal/yamlbound"
-)
+import "github.com/loadshed/loadshed/internal/yamlbound"
 
 // Limits bound what reading one configuration file may cost, so that a
 // file written by someone else (a ConfigMap several teams edit) is refused
@@ -58,10 +54,4 @@ func (l Limits) WithDefaults() Limits {
 func (l Limits) yaml() yamlbound.Limits {
 	l = l.WithDefaults()
 	return yamlbound.Limits{MaxBytes: l.MaxBytes, MaxDepth: l.MaxDepth, MaxNodes: l.MaxValues}
-}
-
-// TooLarge is the refusal of a file of size bytes, past max, found before
-// it is read: at its first line, since none of it was.
-func TooLarge(file string, size int64, max int) *Error {
-	return &Error{File: file, Line: 1, Column: 1, Msg: fmt.Sprintf("the file is %d bytes, more than the %d read (raise the limit to read it)", size, max)}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/loadshed/loadshed/internal/filewatch"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shedhttp"
 )
@@ -346,19 +347,16 @@ func (l *Live) Close() error {
 	return nil
 }
 
-// WatchDelay is how long Watch waits after a change to the file before it
-// reads it, so that an editor's several writes make one reload.
-const WatchDelay = 100 * time.Millisecond
-
 // Watch reloads the file when it changes (through its directory, so that
 // editors that replace the file and Kubernetes' ConfigMap symlink swaps are
 // seen) and on SIGHUP, until ctx ends. A change that leaves the content as
-// it was reloads nothing; SIGHUP always reloads. A change made after Open
-// read the file and before Watch began is read too (see WatchPath).
+// it was reloads nothing; SIGHUP always reloads. A burst of writes is read
+// once, 100ms after its first. A change made after Open read the file and
+// before Watch began is read too.
 // Refused files are logged and counted, as by Reload. It returns ctx's
 // error, or why it could not watch.
 func (l *Live) Watch(ctx context.Context) error {
-	return WatchPath(ctx, l.path, func() {
+	return filewatch.Path(ctx, l.path, func() {
 		data, err := readFile(l.path, l.opts.Limits)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) { // being replaced: its Create follows

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -108,7 +109,7 @@ func newLayer(cfg Config, st store) (*Layer, error) {
 	s := &Layer{
 		name:       cfg.Name,
 		enf:        cfg.Enforcement,
-		clock:      shed.ClockOr(cfg.Clock),
+		clock:      clockx.Or(cfg.Clock),
 		retryAfter: cfg.RetryAfter,
 		interval:   cfg.Interval,
 		ttl:        cfg.TTL,

@@ -56,9 +56,9 @@ func (c BatchConfig) validate() error {
 	return nil
 }
 
-// BatchChunk is the number of units a batched store leases per round trip
+// batchChunk is the number of units a batched store leases per round trip
 // for limit under alg with fraction f: ceil(f × MaxCost), at least 1.
-func BatchChunk(alg Algorithm, limit Limit, f float64) int64 {
+func batchChunk(alg Algorithm, limit Limit, f float64) int64 {
 	m := limit.MaxCost(alg)
 	c := int64(math.Ceil(f * float64(m)))
 	return min(max(c, 1), m)
@@ -86,7 +86,7 @@ type lease struct {
 }
 
 func newBatcher(c BatchConfig, alg Algorithm, limit Limit) *batcher {
-	b := &batcher{chunk: BatchChunk(alg, limit, c.Fraction), maxAge: int64(c.MaxAge), maxKeys: c.MaxKeys,
+	b := &batcher{chunk: batchChunk(alg, limit, c.Fraction), maxAge: int64(c.MaxAge), maxKeys: c.MaxKeys,
 		leases: make(map[string]*lease)}
 	if b.maxAge == 0 {
 		b.maxAge = int64(limit.Period)

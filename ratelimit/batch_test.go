@@ -62,7 +62,7 @@ func TestBatchOvershoot(t *testing.T) {
 				ls = append(ls, fixedRedis(t, c, clk, alg, limit, RedisConfig{Prefix: prefix,
 					Batch: BatchConfig{Fraction: 0.1}, Timeout: 2 * time.Second}))
 			}
-			chunk := BatchChunk(alg, limit, 0.1)
+			chunk := batchChunk(alg, limit, 0.1)
 			bound := int64(hosts) * (chunk - 1)
 			type grant struct{ at, n int64 }
 			var grants []grant

@@ -61,8 +61,13 @@ func ExampleNewRedis_batched() {
 	}
 	defer limiter.Close()
 
-	// With 4 instances, at most 1000 + 4 × (100 − 1) = 1396 per window.
-	fmt.Println(ratelimit.BatchChunk(ratelimit.FixedWindow, limiter.Limit(), 0.1))
+	// Chunks of ceil(0.1 × 1000) = 100 units: with 4 instances, at most
+	// 1000 + 4 × (100 − 1) = 1396 per window.
+	res, err := limiter.Allow(context.Background(), "client-42", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Allowed)
 }
 
 // When Redis does not answer, decisions come from this instance's share of

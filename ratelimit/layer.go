@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/internal/overage"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -105,7 +106,7 @@ func New(cfg Config) (*Layer, error) {
 	if cfg.MaxKeys < 0 {
 		errs = append(errs, fmt.Errorf("ratelimit: Config.MaxKeys must not be negative, got %d", cfg.MaxKeys))
 	}
-	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: shed.ClockOr(cfg.Clock), onErr: cfg.OnError}
+	l := &Layer{name: cfg.Name, enf: cfg.Enforcement, clock: clockx.Or(cfg.Clock), onErr: cfg.OnError}
 	if l.name == "" {
 		l.name = DefaultName
 	}
@@ -174,7 +175,8 @@ func overageFor(c *compiledRule, e *shed.Enforcement, clock shed.Clock) (*Memory
 // Overage is the room a soft limit has above l under e: what e's ceiling
 // adds to the quantity, and to the burst where l has one, over the same
 // period. A soft limit keeps it in a store of its own, so that the overage
-// is bounded as the limit is.
+// is bounded as the limit is: a Rule's Overage, when the layer is not to
+// build it in memory, is a store of this limit.
 func (l Limit) Overage(e *shed.Enforcement) Limit {
 	extra := func(n int64) int64 { return e.Ceiling(n) - n }
 	o := Limit{Quantity: extra(l.Quantity), Period: l.Period}
@@ -359,15 +361,7 @@ func (l *Layer) verdict(a *attempt) layerkit.Verdict {
 	if !a.overLimit && !a.overCeil {
 		return layerkit.Admit
 	}
-	var now time.Time // only soft episodes read it
-	var eps [MaxRules]*layerkit.Episode
-	if l.enf.Mode == shed.Soft {
-		now = l.clock.Now()
-		for i, k := range a.overKeys[:a.nOver] {
-			eps[i] = l.episodes.Get(k, now.UnixNano())
-		}
-	}
-	return layerkit.DecideOver(&l.enf, now, !a.overCeil, eps[:a.nOver]...)
+	return l.episodes.Verdict(&l.enf, l.clock, !a.overCeil, a.overKeys[:a.nOver]...)
 }
 
 // Acquire checks req against every rule that applies to it.

@@ -208,11 +208,11 @@ func (l Limit) ValidateFor(alg Algorithm) error {
 	return nil
 }
 
-// CheckRequest reports what is wrong with one decision's arguments for a
+// checkRequest reports what is wrong with one decision's arguments for a
 // limit under alg: an empty key (ErrEmptyKey), a cost below 1
 // (ErrInvalidCost) or above MaxCost (ErrCostAboveBurst). Every store calls
 // it first, so they refuse the same requests.
-func CheckRequest(l Limit, alg Algorithm, key string, cost int64) error {
+func checkRequest(l Limit, alg Algorithm, key string, cost int64) error {
 	if key == "" {
 		return ErrEmptyKey
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -100,7 +101,7 @@ func NewMemory(alg Algorithm, limit Limit, cfg MemoryConfig) (*Memory, error) {
 	case SlidingLog:
 		core = newKeyed[logCell](p, maxKeys)
 	}
-	m := &Memory{alg: alg, limit: limit, maxCost: limit.MaxCost(alg), core: core, clock: shed.ClockOr(cfg.Clock), idle: int64(idle)}
+	m := &Memory{alg: alg, limit: limit, maxCost: limit.MaxCost(alg), core: core, clock: clockx.Or(cfg.Clock), idle: int64(idle)}
 	if m.clock == shed.SystemClock {
 		m.mono = true
 		m.monoBase = time.Now()
@@ -126,8 +127,8 @@ func (m *Memory) now() int64 {
 // Allow takes cost units for key if the limit allows it. It never blocks
 // and ignores ctx.
 func (m *Memory) Allow(_ context.Context, key string, cost int64) (Result, error) {
-	if key == "" || cost < 1 || cost > m.maxCost { // kept inline: CheckRequest is not
-		return Result{Limit: m.limit.Quantity}, CheckRequest(m.limit, m.alg, key, cost)
+	if key == "" || cost < 1 || cost > m.maxCost { // kept inline: checkRequest is not
+		return Result{Limit: m.limit.Quantity}, checkRequest(m.limit, m.alg, key, cost)
 	}
 	return m.core.allow(key, m.now(), cost), nil
 }
@@ -136,7 +137,7 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64) (Result, error
 // window's count, the log's newest entries. Units taken in a window that has
 // since ended are not given back.
 func (m *Memory) Refund(_ context.Context, key string, cost int64) error {
-	if err := CheckRequest(m.limit, m.alg, key, cost); err != nil {
+	if err := checkRequest(m.limit, m.alg, key, cost); err != nil {
 		return err
 	}
 	m.core.refund(key, m.now(), cost)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/internal/redisx"
 	"github.com/loadshed/loadshed/shed"
 )
@@ -182,7 +183,7 @@ func NewRedis(client redis.UniversalClient, alg Algorithm, limit Limit, cfg Redi
 		keys:     redisx.NewKeys(o.Prefix),
 		algTag:   algKeyTags[alg],
 		timeout:  o.Timeout,
-		clock:    shed.ClockOr(cfg.Clock),
+		clock:    clockx.Or(cfg.Clock),
 		onFall:   cfg.OnFallback,
 		userFall: cfg.Fallback,
 		expected: o.ExpectedInstances,
@@ -257,7 +258,7 @@ func (r *Redis) Allow(ctx context.Context, key string, cost int64) (Result, erro
 
 // Decide is Allow that also reports whether the local fallback decided.
 func (r *Redis) Decide(ctx context.Context, key string, cost int64) (Result, bool, error) {
-	if err := CheckRequest(r.limit, r.alg, key, cost); err != nil {
+	if err := checkRequest(r.limit, r.alg, key, cost); err != nil {
 		return Result{Limit: r.limit.Quantity}, false, err
 	}
 	now := r.clock.Now()
@@ -319,7 +320,7 @@ func (r *Redis) roundTrip(ctx context.Context, op, key string, want, takeMax int
 // bucket's time, the current window's count, the log's newest entries. While
 // Redis is unreachable it refunds the local fallback.
 func (r *Redis) Refund(ctx context.Context, key string, cost int64) error {
-	if err := CheckRequest(r.limit, r.alg, key, cost); err != nil {
+	if err := checkRequest(r.limit, r.alg, key, cost); err != nil {
 		return err
 	}
 	if r.over != nil {

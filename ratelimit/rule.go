@@ -75,8 +75,8 @@ type Rule struct {
 	// Store is exhausted, per key. Nil: the layer builds an in-memory
 	// limiter of the same algorithm sized to the overage
 	// (Enforcement.Ceiling(Quantity) − Quantity per Period). With a shared
-	// (Redis) Store, give a shared Overage too, or each instance allows its
-	// own overage.
+	// (Redis) Store, give a shared Overage too, sized by Limit.Overage, or
+	// each instance allows its own overage.
 	Overage Store
 }
 

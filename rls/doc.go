@@ -98,9 +98,10 @@
 // rejecting limit or else the one with the least remaining.
 //
 // Several limits are decided as ratelimit's Layer decides several rules,
-// with the same stores, overage and episodes, but limit by limit, since
-// each limit has its own mode where the Layer has one for all its rules: a
-// soft limit's episode decides that limit alone, where the Layer admits a
+// with the same stores, overage, episodes and verdict on a request over a
+// soft limit, but limit by limit, since each limit has its own mode where
+// the Layer has one for all its rules: a soft limit's episode decides
+// that limit alone, where the Layer admits a
 // request over several soft rules only if all their episodes allow it; a
 // limit in shadow mode lets the limits after it count, where the Layer's
 // dry run charges none; and a status reports its limit's own

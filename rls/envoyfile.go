@@ -7,7 +7,6 @@ package rls
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"github.com/loadshed/loadshed/config"
 	"github.com/loadshed/loadshed/internal/yamlbound"
 	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
 )
 
 type yamlRoot struct {
@@ -86,21 +86,16 @@ func isEnvoyConfig(path string, lim config.Limits) bool {
 	return looksEnvoy(data, yamlLimits(lim))
 }
 
-// readLimited reads path, up to one byte past lim's size, so that the
-// size check of a larger file reads no more of it.
+// readLimited reads path within lim's size (yamlbound.ReadFile): a larger
+// file is refused as config.Errors at its first line.
 func readLimited(path string, lim config.Limits) ([]byte, error) {
-	fh, err := os.Open(path)
+	data, err := yamlbound.ReadFile(path, lim.WithDefaults().MaxBytes)
+	var be *yamlbound.Error
+	if errors.As(err, &be) {
+		return nil, config.Errors{yamlError(path, err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
-	}
-	defer fh.Close()
-	max := lim.WithDefaults().MaxBytes
-	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
-		return nil, config.Errors{config.TooLarge(path, fi.Size(), max)}
-	}
-	data, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("rls: reading %s: %w", path, err)
 	}
 	return data, nil
 }
@@ -384,7 +379,7 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 		p.errorf(path+".mode", "unknown mode %q (allowed: hard, soft)", r.Mode)
 		return false
 	}
-	s := &Soft{Overage: r.Overage}
+	s := &shed.Enforcement{Mode: shed.Soft, Overage: r.Overage}
 	ok := true
 	for _, f := range []struct {
 		name, v string
@@ -404,7 +399,7 @@ func (p *envoyParser) soft(r yamlRate, l *Limit, path string) bool {
 	if !ok {
 		return false
 	}
-	if err := s.enforcement().Validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		p.errorf(path+".overage", "%v", err)
 		ok = false
 	}

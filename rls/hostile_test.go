@@ -6,45 +6,21 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/hostileyaml"
 )
-
-// envoyLaughs is a "billion laughs" over descriptors: each level lists ten
-// descriptors whose children are the previous level, 10^(levels-1) in all.
-func envoyLaughs(levels int) string {
-	var b strings.Builder
-	b.WriteString("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &a0 [{key: a, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
-	for i := 1; i < levels; i++ {
-		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &a%d [", i, i)
-		for j := range 10 {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}", j, i-1)
-		}
-		b.WriteString("]\n")
-	}
-	return b.String()
-}
-
-// envoyDeep nests descriptors n deep.
-func envoyDeep(n int) string {
-	return "domain: d\ndescriptors: " + strings.Repeat("[{key: k, descriptors: ", n) + "[]" + strings.Repeat("}]", n) + "\n"
-}
 
 // hostileEnvoyFiles are the files a refusal must cost little: the name, the
 // file, and what the error says.
 var hostileEnvoyFiles = []struct {
 	name, data, msg string
 }{
-	{"descriptors multiplied by aliases", envoyLaughs(9), "values"},
-	{"six alias levels", envoyLaughs(6), "values"},
-	{"descriptors nested 10000 deep", envoyDeep(10_000), "nested deeper than 100 levels"},
+	{"descriptors multiplied by aliases", hostileyaml.EnvoyLaughs(9), "values"},
+	{"six alias levels", hostileyaml.EnvoyLaughs(6), "values"},
+	{"descriptors nested 10000 deep", hostileyaml.Deep(hostileyaml.EnvoyHead, "k", 10_000), "nested deeper than 100 levels"},
 	{"lists nested 10000 deep", "domain: d\ndescriptors: " + strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000) + "\n", "nested deeper than 100 levels"},
 	{"maps nested 10000 deep", "domain: d\nx: " + strings.Repeat("{a: ", 10_000) + "b" + strings.Repeat("}", 10_000) + "\n", "nested deeper than 100 levels"},
 	{"requests_per_unit 2.5", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2.5}\n", "want a whole number, got 2.5"},
@@ -57,18 +33,6 @@ var hostileEnvoyFiles = []struct {
 	{"a file over the size limit", "domain: d\n#" + strings.Repeat("x", config.DefaultMaxBytes) + "\n", "bytes, more than the"},
 }
 
-// measure runs f and returns its time and the heap it allocated.
-func measure(f func()) (time.Duration, float64) {
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	f()
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	return took, float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
-}
-
 // Each hostile file is refused by the envoyproxy/ratelimit reader and by
 // Load, with a position, in a few MB of heap.
 func TestHostileEnvoyFilesAreRefusedCheaply(t *testing.T) {
@@ -76,7 +40,7 @@ func TestHostileEnvoyFilesAreRefusedCheaply(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			data := []byte(c.data)
 			var errs config.Errors
-			took, heap := measure(func() { _, errs = ParseEnvoyConfig("f.yaml", data) })
+			took, heap := hostileyaml.Measure(func() { _, errs = ParseEnvoyConfig("f.yaml", data) })
 			t.Logf("ParseEnvoyConfig: %d bytes refused in %v, %.2f MiB allocated", len(data), took, heap)
 			checkRefusal(t, errs, c.msg, heap)
 
@@ -85,7 +49,7 @@ func TestHostileEnvoyFilesAreRefusedCheaply(t *testing.T) {
 				t.Fatal(err)
 			}
 			var err error
-			took, heap = measure(func() { _, err = Load(path) })
+			took, heap = hostileyaml.Measure(func() { _, err = Load(path) })
 			t.Logf("Load: refused in %v, %.2f MiB allocated", took, heap)
 			if !errors.As(err, &errs) {
 				t.Fatalf("Load: %v, want config.Errors", err)
@@ -125,10 +89,10 @@ func TestReloadOfAliasBombKeepsTheRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := testServer(t, Config{Domains: ds})
-	if err := os.WriteFile(file, []byte(envoyLaughs(9)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(hostileyaml.EnvoyLaughs(9)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	took, heap := measure(func() { err = s.ReloadFrom(file) })
+	took, heap := hostileyaml.Measure(func() { err = s.ReloadFrom(file) })
 	t.Logf("ReloadFrom: refused in %v, %.2f MiB allocated: %v", took, heap, err)
 	if err == nil {
 		t.Fatal("applied")
@@ -148,7 +112,7 @@ func TestReloadOfAliasBombKeepsTheRules(t *testing.T) {
 // with more descriptors allowed.
 func TestLimitsCanBeRaised(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f.yaml")
-	if err := os.WriteFile(path, []byte(envoyLaughs(4)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(hostileyaml.EnvoyLaughs(4)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadLimited(path, config.Limits{MaxRules: 100}); err == nil || !strings.Contains(err.Error(), "more than 100 descriptors") {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/hostileyaml"
 	"github.com/loadshed/loadshed/internal/yamlbound"
 )
 
@@ -39,7 +40,7 @@ func TestRealisticFileWithinTheDefaultLimits(t *testing.T) {
 	}
 	var d Domain
 	var errs config.Errors
-	took, heap := measure(func() { d, errs = ParseEnvoyConfig("api.yaml", data) })
+	took, heap := hostileyaml.Measure(func() { d, errs = ParseEnvoyConfig("api.yaml", data) })
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -68,7 +69,7 @@ func TestRealisticFileWithinTheDefaultLimits(t *testing.T) {
 			if err := os.WriteFile(path, []byte(c.data), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			took, heap := measure(func() { _, err = Load(path) })
+			took, heap := hostileyaml.Measure(func() { _, err = Load(path) })
 			fmt.Fprintf(&b, "refused by rls.Load: %s (%d bytes): %v, %.2f MiB allocated\n", c.name, len(c.data), took.Round(1000), heap)
 		}
 		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {

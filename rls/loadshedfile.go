@@ -28,9 +28,9 @@ func FromFile(f *config.File) []Domain {
 		if r == nil {
 			continue
 		}
-		var soft *Soft
+		var soft *shed.Enforcement
 		if r.Mode == shed.Soft {
-			soft = &Soft{Overage: r.Overage, OverageFor: r.OverageFor, OverageCooldown: r.OverageCooldown}
+			soft = &shed.Enforcement{Mode: shed.Soft, Overage: r.Overage, OverageFor: r.OverageFor, OverageCooldown: r.OverageCooldown}
 		}
 		ds := fromDescriptors(r.Descriptors, r.DryRun, soft, "layers["+strconv.Itoa(i)+"].ratelimit.descriptors")
 		if j, ok := index[r.Domain]; ok {
@@ -43,7 +43,7 @@ func FromFile(f *config.File) []Domain {
 	return out
 }
 
-func fromDescriptors(cs []config.Descriptor, dryRun bool, soft *Soft, path string) []Descriptor {
+func fromDescriptors(cs []config.Descriptor, dryRun bool, soft *shed.Enforcement, path string) []Descriptor {
 	out := make([]Descriptor, 0, len(cs))
 	for i, c := range cs {
 		at := path + "[" + strconv.Itoa(i) + "]"

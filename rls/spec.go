@@ -7,6 +7,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/loadshed/loadshed/ratelimit"
+	"github.com/loadshed/loadshed/shed"
 )
 
 // Domain is one domain's rules, as an envoyproxy/ratelimit file holds them:
@@ -87,8 +88,12 @@ type Limit struct {
 	// request.
 	Replaces []string
 	// Soft, when set, lets a key past the limit by a bounded overage for a
-	// bounded time (see Soft).
-	Soft *Soft
+	// bounded time, as ratelimit's Layer does in shed.Soft mode: past the
+	// limit, a key may go Overage further for at most OverageFor per
+	// episode (shed.Enforcement's defaults), and the status says OK while
+	// it does; the event is marked Over. Its Mode must be shed.Soft; the
+	// overage and the episodes are this instance's own, in memory.
+	Soft *shed.Enforcement
 }
 
 // unitPeriods are envoyproxy/ratelimit's unit lengths (a month is 30

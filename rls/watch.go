@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/config"
+	"github.com/loadshed/loadshed/internal/filewatch"
 )
 
 // ReloadFrom reads path as Load does and gives its rules to Reload. A file
@@ -70,12 +71,13 @@ func (s *Server) ReloadStats() (applied, refused int64) { return s.applied.Load(
 
 // Watch reloads the rules from path (a file, or a directory of
 // envoyproxy/ratelimit files) when it changes, and on SIGHUP, until ctx
-// ends (config.WatchPath). A change that leaves the rules as they are
-// reloads nothing, so that the read WatchPath makes when it starts costs
-// nothing when the file did not change since New; SIGHUP always reloads.
+// ends, as config's Live.Watch follows its file. A change that leaves the
+// rules as they are reloads nothing, so that the read Watch makes when it
+// starts costs nothing when the file did not change since New; SIGHUP
+// always reloads.
 // It returns ctx's error, or why it could not watch.
 func (s *Server) Watch(ctx context.Context, path string) error {
-	return config.WatchPath(ctx, path, func() { s.reloadFrom(path, false) }, func() { s.ReloadFrom(path) }, func(err error) {
+	return filewatch.Path(ctx, path, func() { s.reloadFrom(path, false) }, func() { s.ReloadFrom(path) }, func(err error) {
 		s.cfg.Logger.Error("rls: watching", "path", path, "err", err)
 	})
 }

@@ -75,16 +75,7 @@ func TestWildcardsMatchAsEnvoy(t *testing.T) {
 // BenchmarkWildcardMatch matches a value against the tree's patterns,
 // the last of which matches.
 func BenchmarkWildcardMatch(b *testing.B) {
-	d, errs := ParseEnvoyConfig("w.yaml", []byte(wildRules))
-	if len(errs) > 0 {
-		b.Fatal(errs)
-	}
-	s, err := New(Config{Domains: []Domain{d}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	root := s.table.Load().domains["w"]
+	root := benchServer(b, wildRules).table.Load().domains["w"]
 	es := desc("lead=some/long/path/to/a/file.json").Entries
 	b.ReportAllocs()
 	for b.Loop() {

@@ -67,7 +67,10 @@ func NewChain(cfg Config) (*Chain, error) {
 		return nil, fmt.Errorf("shed: Config.Layers has %d layers, at most %d are supported", len(cfg.Layers), MaxLayers)
 	}
 	c := &Chain{layers: make([]Layer, len(cfg.Layers)), names: make([]string, len(cfg.Layers)),
-		obs: cfg.Observer, clock: ClockOr(cfg.Clock)}
+		obs: cfg.Observer, clock: cfg.Clock}
+	if c.clock == nil {
+		c.clock = SystemClock
+	}
 	c.ctxObs, _ = cfg.Observer.(ContextObserver)
 	for i, l := range cfg.Layers {
 		if l == nil {

@@ -25,11 +25,3 @@ type systemClock struct{}
 func (systemClock) Now() time.Time { return time.Now() }
 
 func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
-
-// ClockOr returns c, or SystemClock when c is nil.
-func ClockOr(c Clock) Clock {
-	if c == nil {
-		return SystemClock
-	}
-	return c
-}

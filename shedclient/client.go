@@ -41,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -191,7 +192,7 @@ func New(cfg Config) *Client {
 	if cfg.MaxMemory <= 0 {
 		cfg.MaxMemory = DefaultMaxMemory
 	}
-	c := &Client{cfg: cfg, clock: shed.ClockOr(cfg.Clock), dests: make(map[string]*dest)}
+	c := &Client{cfg: cfg, clock: clockx.Or(cfg.Clock), dests: make(map[string]*dest)}
 	c.mem.init()
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/internal/propagated"
 	"github.com/loadshed/loadshed/internal/ratefield"
 	"github.com/loadshed/loadshed/propagation"
@@ -251,7 +252,7 @@ func newMiddleware(c *shed.Chain, cfg Config) (*middleware, error) {
 		chain: c, key: cfg.Key, onKeyError: cfg.OnKeyError, keyError: cfg.KeyError, maxKey: cfg.MaxKeyLength,
 		clientIP: ip, routes: cfg.Routes, priority: cfg.Priority, cost: cfg.Cost,
 		onReject: cfg.OnReject, skip: cfg.Skip, legacy: cfg.LegacyHeaders, show: newFieldFilter(cfg.DiscloseCapacity, cfg.ShowDryRun),
-		clock: shed.ClockOr(cfg.Clock), trust: trust,
+		clock: clockx.Or(cfg.Clock), trust: trust,
 	}
 	if m.key == nil {
 		m.key = ip.Key

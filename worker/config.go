@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
 )
@@ -279,7 +280,7 @@ func (c Config) withDefaults() Config {
 	if c.Limit.Tolerance == 0 {
 		c.Limit.Tolerance = DefaultLimitTolerance
 	}
-	c.Clock = shed.ClockOr(c.Clock)
+	c.Clock = clockx.Or(c.Clock)
 	return c
 }
 

@@ -1,11 +1,14 @@
-// Package overage keeps the soft mode's per-key overage episodes, for the
-// layers and services that let a key past its limit for a bounded time:
-// ratelimit's Layer and rls's soft limits hold one Episodes each.
+// Package overage holds the rule by which a key goes past its limit in the
+// Soft and Elastic modes: the per-key episodes that bound a soft overage
+// in time, and the verdict on a request over one or more limits. ratelimit's
+// Layer (all the keys a request is over, together) and rls's soft limits
+// (each limit alone) both decide through Episodes.Verdict.
 package overage
 
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
@@ -66,6 +69,32 @@ func (e *Episodes) Get(key string, now int64) *layerkit.Episode {
 	}
 	ep.seen.Store(now)
 	return &ep.Episode
+}
+
+// maxInline is how many keys Verdict decides without allocating:
+// ratelimit's MaxRules.
+const maxInline = 8
+
+// Verdict decides a request over the limit counted under each of keys, in
+// enf's mode: within says whether the overage of every such limit had room
+// for it (the caller took it there). In Soft mode each key's episode is
+// begun or read at clock's now, every one records the request, and the
+// overage is allowed only when each allows it; in Elastic mode enf's
+// headroom decides; in Hard mode the request is over. What is refused is
+// Deny, Wait or AdmitDryRun by enf's action and dry run
+// (layerkit.DecideOver). The caller gives back what it took from the
+// overage unless the verdict is AdmitOver.
+func (e *Episodes) Verdict(enf *shed.Enforcement, clock shed.Clock, within bool, keys ...string) layerkit.Verdict {
+	if enf.Mode != shed.Soft {
+		return layerkit.DecideOver(enf, time.Time{}, within)
+	}
+	now := clock.Now()
+	var buf [maxInline]*layerkit.Episode
+	eps := buf[:0]
+	for _, k := range keys {
+		eps = append(eps, e.Get(k, now.UnixNano()))
+	}
+	return layerkit.DecideOver(enf, now, within, eps...)
 }
 
 // Len is the number of keys with an episode.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -236,7 +237,7 @@ type sharedGate struct {
 // calls release once, on Close. A clock whose type is not comparable gets
 // a gate of its own.
 func SharedGate(client redis.UniversalClient, clock shed.Clock, interval time.Duration) (g *Gate, release func()) {
-	clock = shed.ClockOr(clock)
+	clock = clockx.Or(clock)
 	if !reflect.TypeOf(client).Comparable() || !reflect.TypeOf(clock).Comparable() {
 		return NewClientGate(client, interval), func() {}
 	}

@@ -9,7 +9,9 @@ package yamlbound
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -77,6 +79,29 @@ func NodeAt(n ast.Node, format string, args ...any) *Error {
 	return at(tk, format, args...)
 }
 
+// ReadFile reads path, up to one byte past maxBytes, so that Parse's size
+// check of a larger file reads no more of it. A regular file larger than
+// maxBytes is refused before it is read, with an *Error at its first line.
+func ReadFile(path string, maxBytes int) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(maxBytes) {
+		return nil, &Error{Line: 1, Column: 1, Msg: tooLarge(fi.Size(), maxBytes)}
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, int64(maxBytes)+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return data, nil
+}
+
+func tooLarge(size int64, max int) string {
+	return fmt.Sprintf("the file is %d bytes, more than the %d read (raise the limit to read it)", size, max)
+}
+
 // Parse checks data against lim (zero fields: the defaults) and parses it.
 // Its errors are *Error: a syntax error, a limit passed, or a failure of
 // the YAML library. The size is checked first, then the nesting on the
@@ -88,7 +113,7 @@ func Parse(data []byte, lim Limits) (*ast.File, error) {
 	lim = lim.WithDefaults()
 	if len(data) > lim.MaxBytes {
 		line, col := lineCol(data, lim.MaxBytes)
-		return nil, &Error{Line: line, Column: col, Msg: fmt.Sprintf("the file is %d bytes, more than the %d read (raise the limit to read it)", len(data), lim.MaxBytes)}
+		return nil, &Error{Line: line, Column: col, Msg: tooLarge(int64(len(data)), lim.MaxBytes)}
 	}
 	if err := scan(data, lim); err != nil {
 		return nil, err

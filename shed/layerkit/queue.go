@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -103,7 +104,7 @@ func NewWaitQueue(cfg shed.QueueConfig) (*WaitQueue, error) {
 		return nil, err
 	}
 	return &WaitQueue{maxLen: int64(cfg.MaxLength), maxWait: cfg.MaxWait, lifo: cfg.AdaptiveLIFO,
-		clock: shed.ClockOr(cfg.Clock)}, nil
+		clock: clockx.Or(cfg.Clock)}, nil
 }
 
 type waitState uint8

@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/clockx"
 	"github.com/loadshed/loadshed/shed"
 	"github.com/loadshed/loadshed/shed/layerkit"
 )
@@ -142,7 +143,7 @@ func New(cfg Config) (*Recorder, error) {
 	if cfg.Every < 0 || cfg.History < 0 || cfg.Rejections < 0 || cfg.TopClients < 0 {
 		return nil, errors.New("shedstatus: Every, History, Rejections and TopClients must not be negative")
 	}
-	r := &Recorder{cfg: cfg, clock: shed.ClockOr(cfg.Clock), every: cfg.Every}
+	r := &Recorder{cfg: cfg, clock: clockx.Or(cfg.Clock), every: cfg.Every}
 	if r.every == 0 {
 		r.every = DefaultEvery
 	}
