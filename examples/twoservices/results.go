@@ -70,26 +70,31 @@ func resultsMarkdown(p provenance, rounds int, results []Result) []byte {
 			"so that the machine's other work weighs on every set-up alike\n",
 			s.Work, capacity(s), s.Load, s.Load*capacity(s), 100*s.Critical, s.Timeout, s.Duration*time.Duration(rounds), rounds, s.Duration)
 	}
-	b.WriteString("\n| propagation | cooperating client | critical success | sheddable success | critical calls failed (of which rejected, timed out) | calls A held back | rejections B sent | B goodput (of capacity) |\n")
+	b.WriteString("\n| propagation | cooperating client | critical success | sheddable success | critical calls failed (rejected by B, timed out, held back by A) | calls A held back | rejections B sent | B goodput (of capacity) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %.1f%% (%d of %d) | %.1f%% (%d of %d) | %d (%d, %d) | %d | %.0f/s | %.0f%% |\n",
+		fmt.Fprintf(&b, "| %s | %s | %.1f%% (%d of %d) | %.1f%% (%d of %d) | %d (%d, %d, %d) | %d | %.0f/s | %.0f%% |\n",
 			yesNo(r.Propagate), yesNo(r.Cooperate),
 			100*r.CriticalSuccess(), r.OK[0], r.Calls[0],
 			100*r.SheddableSuccess(), r.OK[1], r.Calls[1],
-			r.Calls[0]-r.OK[0], r.Rejected[0], r.TimedOut[0],
+			r.Calls[0]-r.OK[0], r.Rejected[0], r.TimedOut[0], r.NotSent[0],
 			r.NotSent[0]+r.NotSent[1], r.RejectionsPerSecond(), 100*r.Goodput())
 	}
 	b.WriteString("\nSuccess is end to end, as A saw it. Calls A held back are those the cooperating client did not send " +
 		"(throttled in A rather than rejected by B). Rejections B sent are per second of the set-up's run; goodput is " +
 		"the calls B completed per second, as a share of its capacity.\n")
-	var late time.Duration
+	var late, round time.Duration
 	for _, r := range results {
-		late = max(late, r.Behind)
+		late, round = max(late, r.Behind), max(round, r.Duration)
 	}
-	if late > 0 {
-		fmt.Fprintf(&b, "\nA's load generator finished up to %v late in a round: a machine too busy to keep the pace offers less than the load above.\n",
-			late.Round(time.Millisecond))
+	if len(results) > 0 {
+		fmt.Fprintf(&b, "\nA's load generator sent the last call of a round at most %v late.", late.Round(time.Millisecond))
+		// Past a twentieth of the round, A offered clearly less than the
+		// load: the machine, not B, set the figures.
+		if late > round/20 {
+			b.WriteString(" The machine was too busy to keep the pace: A offered less than the load above, and the figures say more of the machine than of loadshed.")
+		}
+		b.WriteByte('\n')
 	}
 	b.WriteString("\nThe run as the demo printed it:\n\n```\n")
 	for _, r := range results {
