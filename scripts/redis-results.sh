@@ -110,8 +110,9 @@ each section names, run against a throw-away redis-server and a Redis
 Cluster of 3 masters and 3 replicas (\`cluster-node-timeout 1000\`) on
 loopback ports (\`scripts/redis.sh\`). What each test checks, and the
 bounds its figures are held to: [../redis.md](../redis.md). Each table has
-a row per test in the order they ran: its result, its time, and the
-figures it logged; a test that logs nothing says what it checks by
+a row per test, package by package in the order they ran: its result, its
+time (with any wait for the cluster, which one test at a time holds), and
+the figures it logged; a test that logs nothing says what it checks by
 passing. The raw output is in \`$raw/\`
 (git-ignored) on the machine that ran it.
 
@@ -145,8 +146,8 @@ EOF
 limit 4500 per hour (60% of the 7500 requests offered), without the race
 detector. The overspend is what the fallback admitted while the master
 was dead, which Redis does not learn of: within the bound, and as large
-as the outage is long. "Back on Redis" needs a machine that is not itself stalling: stalls
-of the process send keys back to the fallback.
+as the outage is long. "Back on Redis" needs a machine that is not itself
+stalling: stalls of the process send keys back to the fallback.
 
 EOF
   section full "$full_cmd"
@@ -184,8 +185,9 @@ EOF
 decisions in flight per CPU (\`SetParallelism(8)\`), round trips counted
 by a go-redis hook (trips/op); exact mode (one script per decision),
 batched mode (leases of 100 units), and a key over its limit with and
-without the over-limit cache. Medians of $COUNT runs with benchstat's 95%
-confidence interval (none shown: ±0%). Compare rows within one run: the
+without the over-limit cache; allowed/op is the share of decisions that
+admitted. Medians of $COUNT runs with benchstat's 95% confidence interval
+(none shown: ±0%, or none computable). Compare rows within one run: the
 machine's other work moves them all. Redis's own time per script is not
 measured here: \`redis-cli INFO commandstats\` (\`usec_per_call\` of
 \`evalsha\`) after a benchmark of one algorithm shows it. The comparison

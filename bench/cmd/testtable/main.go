@@ -6,7 +6,9 @@
 //	testtable -benchstat bench.csv                             # benchstat -format csv
 //
 // From go test -json: a row per test that logged figures (t.Log) or has
-// no subtests, in the order they ran: the test, its result and time, and
+// no subtests, package by package (in the order the packages started),
+// each package's tests in the order they ran: the test, its result and
+// time (waits for a resource another package held included), and
 // the lines it logged, without their file:line prefixes. A package that
 // failed outside its tests (its build, a panic, a timeout) gets a row of
 // its own.
@@ -81,8 +83,9 @@ type test struct {
 // logLine matches a line of t.Log's output: indented, then file:line.
 var logLine = regexp.MustCompile(`^\s+[\w.\-]+\.go:\d+: (.*)$`)
 
-// parseTests reads go test -json output into tests, in the order they
-// started.
+// parseTests reads go test -json output into tests, grouped by package
+// in the order the packages started, each package's in the order they
+// started: packages run at once interleave their events.
 func parseTests(data []byte) ([]*test, error) {
 	var order []*test
 	byName := map[[2]string]*test{}
@@ -155,6 +158,13 @@ func parseTests(data []byte) ([]*test, error) {
 	if events == 0 {
 		return nil, errors.New("no go test -json event in the input")
 	}
+	pkgs := map[string]int{}
+	for _, t := range order {
+		if _, ok := pkgs[t.pkg]; !ok {
+			pkgs[t.pkg] = len(pkgs)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b *test) int { return pkgs[a.pkg] - pkgs[b.pkg] })
 	return order, nil
 }
 
@@ -307,7 +317,8 @@ func unitName(u string) string {
 }
 
 // value formats a median (seconds for sec/op) with benchstat's interval
-// ("±3%", "±∞" with too few runs), omitted when it is ±0%.
+// ("±3%", "±∞" with too few runs), omitted when it is ±0% or benchstat
+// could not compute it ("?": a median of 0 among other values).
 func value(v, unit, ci string) string {
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
@@ -325,7 +336,7 @@ func value(v, unit, ci string) string {
 	default:
 		s = strconv.FormatFloat(f, 'g', 4, 64)
 	}
-	if ci != "" && ci != "0%" && ci != "±0%" {
+	if ci != "" && ci != "0%" && ci != "±0%" && ci != "?" {
 		s += " ±" + strings.TrimPrefix(ci, "±")
 	}
 	return s

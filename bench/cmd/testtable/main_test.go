@@ -8,7 +8,7 @@ import (
 // go test -json -v output of a parent test with two subtests (one logging
 // a figure over two lines and a |, one skipped), a test without logs, a
 // failed test (which says why its package failed), and a package that
-// failed to build.
+// failed to build; another package's test runs among them.
 const testJSON = `{"Action":"start","Package":"m/ratelimit"}
 {"Action":"run","Package":"m/ratelimit","Test":"TestClusterFailover"}
 {"Action":"output","Package":"m/ratelimit","Test":"TestClusterFailover","Output":"=== RUN   TestClusterFailover\n"}
@@ -25,6 +25,9 @@ const testJSON = `{"Action":"start","Package":"m/ratelimit"}
 {"Action":"output","Package":"m/ratelimit","Test":"TestClusterFailover/sliding-log","Output":"    --- SKIP: TestClusterFailover/sliding-log (0.00s)\n"}
 {"Action":"skip","Package":"m/ratelimit","Test":"TestClusterFailover/sliding-log","Elapsed":0}
 {"Action":"pass","Package":"m/ratelimit","Test":"TestClusterFailover","Elapsed":7.5}
+{"Action":"run","Package":"m/concurrency","Test":"TestClusterFailover"}
+{"Action":"output","Package":"m/concurrency","Test":"TestClusterFailover","Output":"    redis_cluster_test.go:164: 20 in flight\n"}
+{"Action":"pass","Package":"m/concurrency","Test":"TestClusterFailover","Elapsed":15}
 {"Action":"run","Package":"m/ratelimit","Test":"TestRedisFaultLostReplyChargesOnce"}
 {"Action":"output","Package":"m/ratelimit","Test":"TestRedisFaultLostReplyChargesOnce","Output":"--- PASS: TestRedisFaultLostReplyChargesOnce (0.12s)\n"}
 {"Action":"pass","Package":"m/ratelimit","Test":"TestRedisFaultLostReplyChargesOnce","Elapsed":0.12}
@@ -51,6 +54,7 @@ func TestTests(t *testing.T) {
 		"| ratelimit `TestClusterFailover/sliding-log` | skip | no cluster |\n" +
 		"| ratelimit `TestRedisFaultLostReplyChargesOnce` | pass (120ms) |  |\n" +
 		"| ratelimit `TestClusterReshard` | **FAIL** (1.5s) | 99 admitted, want 100 |\n" +
+		"| concurrency `TestClusterFailover` | pass (15s) | 20 in flight |\n" +
 		"| fleet (package) | **FAIL** | FAIL m/fleet [build failed] |\n"
 	if got := b.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
@@ -81,7 +85,7 @@ geomean,1.36e-06,
 ,trips/op,CI
 RedisExact/token-bucket/1key-2,1.002,0%
 RedisBatched/fixed-window/1key-2,0.0099,1%
-RedisDenied/cache-2,0,0%
+RedisDenied/cache-2,0,?
 geomean,,
 
 ,raw,
