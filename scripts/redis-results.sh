@@ -133,8 +133,8 @@ limit, plus what the store last learnt was left when the master died,
 plus 1 for the warm-up and 3 decisions the dead master may not have
 replicated: Redis, once back, does not know what the fallback admitted,
 so each instance admits up to one share (here the whole limit) over it
-per outage. "Back on Redis" counts
-from every node saying \`cluster_state:ok\`; 0 s means before it.
+per outage. "Back on Redis" counts from every node saying
+\`cluster_state:ok\`; 0 s means before it.
 
 EOF
   section cluster "$cluster_cmd"
