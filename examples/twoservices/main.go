@@ -14,6 +14,11 @@
 //
 //     go run ./examples/twoservices                  # 5x for 10s per run
 //     go run ./examples/twoservices -load 10 -duration 20s
+//     go run ./examples/twoservices -results docs/results   # and write docs/results/twoservices.md
+//
+// With -results DIR the run also writes DIR/twoservices.md: its table,
+// settings, date, machine and commit. docs/results/twoservices.md is that
+// file; run the command above from the repository's root to renew it.
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -38,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	critical := fs.Float64("critical", 0.1, "share of A's calls that are critical")
 	timeout := fs.Duration("timeout", time.Second, "each call's deadline")
 	rounds := fs.Int("rounds", 5, "runs of each set-up, interleaved, that each last duration/rounds")
+	resultsDir := fs.String("results", "", "also write the run's table, with its date, machine and commit, to this directory's "+resultsName+" (docs/results from the repository's root)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -51,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		setups = append(setups, Setup{Work: *work, Load: *load, Critical: *critical,
 			Duration: *duration / time.Duration(*rounds), Timeout: *timeout, Propagate: f[0], Cooperate: f[1]})
 	}
+	loadBefore := loadAverage()
 	results, err := RunInterleaved(context.Background(), setups, *rounds)
 	if err != nil {
 		fmt.Fprintln(stderr, "twoservices:", err)
@@ -58,6 +66,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, r := range results {
 		fmt.Fprintln(stdout, r)
+	}
+	if *resultsDir != "" {
+		p := provenance{Date: time.Now(), Machine: machine(), Load: [2]string{loadBefore, loadAverage()},
+			Commit: commitMeasured(*resultsDir), Command: strings.TrimSpace("go run ./examples/twoservices " + strings.Join(args, " "))}
+		path, err := writeResults(*resultsDir, p, *rounds, results)
+		if err != nil {
+			fmt.Fprintln(stderr, "twoservices:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "results:", path)
 	}
 	return 0
 }

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Writes docs/results/redis.md (explained in docs/redis.md): starts a
+# throw-away redis-server and Redis Cluster (scripts/redis.sh, as
+# scripts/test.sh does), runs the Redis layers' cluster tests (at the
+# suite's size under -race, and the failovers at full size), their fault
+# tests, the tests whose figures docs/redis.md quotes (the sliding window
+# counter's error, batched mode's overshoot) and the Redis store's
+# benchmarks, keeps their raw output in bench/results/redis-<UTC time>/
+# (git-ignored), and writes each section's figures, as the tests logged
+# them and as benchstat summarises the benchmarks, with the date, the
+# machine and the commit. About 6 minutes on 2 cores.
+#
+#   ./scripts/redis-results.sh
+#   COUNT=3 BENCHTIME=200ms ./scripts/redis-results.sh   # shorter benchmarks
+#   RESULTS=/tmp/redis.md ./scripts/redis-results.sh     # write elsewhere
+#
+# A failed test does not stop the run: its row says FAIL with what it
+# logged, and the script exits 1 after writing the file.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RESULTS=${RESULTS:-docs/results/redis.md}
+COUNT=${COUNT:-6}
+BENCHTIME=${BENCHTIME:-500ms}
+module=$(go list -m)
+
+. scripts/redis.sh
+redis_start redis-results.sh
+redis_cluster_start redis-results.sh
+export LOADSHED_REQUIRE_REDIS=1
+
+. scripts/benchstat.sh
+benchstat=$(benchstat_path)
+(cd bench && go build -o /dev/null ./cmd/testtable) # fail now, not after the runs
+
+started=$(date -u +%s)
+raw="bench/results/redis-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$raw"
+loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
+load_before=$(loadavg)
+
+# The code measured: +modified when files other than the results have
+# changes not committed.
+commit=$(git describe --always --abbrev=12)
+if ! changes=$(git status --porcelain --untracked-files=no -- . ':(exclude)docs/results'); then
+  commit="$commit (changes unknown)"
+elif [ -n "$changes" ]; then
+  commit="$commit+modified"
+fi
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
+machine="$(hostname), $(go env GOOS)/$(go env GOARCH), $(nproc) CPUs${cpu:+ ($cpu)}, $(go version | awk '{print $3}'), redis-server $(redis-server --version | awk '{print $3}' | sed 's/^v=//')"
+
+failed=0
+# run NAME COMMAND...: runs a go test command (the caller adds -json, so
+# that the raw file is parsed, not scraped) into $raw/NAME.json and keeps
+# how long it took and the load average around it in $raw/NAME.about.
+run() {
+  local name=$1; shift
+  local t0 l0 rc=0
+  t0=$(date +%s); l0=$(loadavg)
+  echo "redis-results.sh: $name: $*" >&2
+  "$@" >"$raw/$name.json" 2>"$raw/$name.stderr" || rc=$?
+  local took=$(( $(date +%s) - t0 ))
+  [ "$rc" = 0 ] || { failed=1; echo "redis-results.sh: $name: FAILED (exit $rc); see $raw/$name.json" >&2; }
+  echo "took ${took} s, load average ${l0} before, $(loadavg) after" >"$raw/$name.about"
+  echo "redis-results.sh: $name: ${took} s" >&2
+}
+
+# section NAME COMMAND: the command as a reader runs it, how long it took,
+# and the table of its tests.
+section() {
+  local name=$1 command=$2
+  printf '```sh\n%s\n```\n\n' "$command"
+  printf 'Ran in %s.\n\n' "$(sed 's/^took //' "$raw/$name.about")"
+  (cd bench && go run ./cmd/testtable -trim "$module/" "../$raw/$name.json")
+}
+
+cluster_cmd="go test -race -count=1 -run '^TestCluster' -v ./ratelimit ./concurrency ./fleet ./internal/redisx"
+run cluster go test -json -race -count=1 -run '^TestCluster' ./ratelimit ./concurrency ./fleet ./internal/redisx
+
+full_cmd="LOADSHED_CLUSTER_LOAD=full go test -count=1 -run '^TestClusterFailover\$' -v ./ratelimit ./concurrency"
+LOADSHED_CLUSTER_LOAD=full run full go test -json -count=1 -run '^TestClusterFailover$' ./ratelimit ./concurrency
+
+fault_cmd="go test -count=1 -run 'Fault|Budget' -v ./ratelimit ./concurrency ./internal/redisx"
+run fault go test -json -count=1 -run 'Fault|Budget' ./ratelimit ./concurrency ./internal/redisx
+
+approx_re='^(TestSlidingWindowWorstCaseIsTwice|TestSlidingWindowErrorOnPoissonArrivals|TestBatchOvershoot)$'
+approx_cmd="go test -count=1 -run '$approx_re' -v ./ratelimit"
+run approx go test -json -count=1 -run "$approx_re" ./ratelimit
+
+bench_re='^BenchmarkRedis(Exact|Batched|Denied)$'
+bench_cmd="go test -run '^\$' -bench '$bench_re' -benchtime $BENCHTIME -count $COUNT -benchmem ./ratelimit"
+echo "redis-results.sh: bench: $bench_cmd" >&2
+t0=$(date +%s); l0=$(loadavg)
+if ! go test -run '^$' -bench "$bench_re" -benchtime "$BENCHTIME" -count "$COUNT" -benchmem ./ratelimit >"$raw/bench.txt" 2>"$raw/bench.stderr"; then
+  failed=1; echo "redis-results.sh: bench: FAILED; see $raw/bench.txt" >&2
+fi
+echo "took $(( $(date +%s) - t0 )) s, load average ${l0} before, $(loadavg) after" >"$raw/bench.about"
+"$benchstat" -format csv "$raw/bench.txt" >"$raw/bench.csv" 2>/dev/null
+"$benchstat" "$raw/bench.txt" >"$raw/bench.benchstat" 2>&1 || true
+
+took=$(( $(date -u +%s) - started ))
+{
+  cat <<EOF
+<!-- Generated by scripts/redis-results.sh; do not edit: run it again. -->
+# Results: the Redis layers' tests and benchmarks
+
+Written by \`./scripts/redis-results.sh\` from the output of the commands
+each section names, run against a throw-away redis-server and a Redis
+Cluster of 3 masters and 3 replicas (\`cluster-node-timeout 1000\`) on
+loopback ports (\`scripts/redis.sh\`). What each test checks, and the
+bounds its figures are held to: [../redis.md](../redis.md). Each table has
+a row per test, package by package in the order they ran: its result, its
+time (with any wait for the cluster, which one test at a time holds), and
+the figures it logged; a test that logs nothing says what it checks by
+passing. The raw output is in \`$raw/\`
+(git-ignored) on the machine that ran it.
+
+| | |
+|---|---|
+| date | $(date -u '+%Y-%m-%d %H:%M UTC') |
+| commit | $commit |
+| machine | $machine |
+| load average | $load_before before, $(loadavg) after |
+| took | $(( took / 60 )) min $(( took % 60 )) s |
+
+## Redis Cluster failover and reshard
+
+The suite's scaled-down load: 200 requests/s for 5 s, the key's master
+killed (SIGKILL) at 1 s, the rate limiters' limit 600 per hour (60% of
+what is offered), under the race detector. A failover's bound is the
+limit, plus what the store last learnt was left when the master died,
+plus 1 for the warm-up and 3 decisions the dead master may not have
+replicated: Redis, once back, does not know what the fallback admitted,
+so each instance admits up to one share (here the whole limit) over it
+per outage. "Back on Redis" counts from every node saying
+\`cluster_state:ok\`; 0 s means before it.
+
+EOF
+  section cluster "$cluster_cmd"
+  cat <<EOF
+
+### At full size
+
+500 requests/s for 15 s, the master killed at 5 s, the rate limiters'
+limit 4500 per hour (60% of the 7500 requests offered), without the race
+detector. The overspend is what the fallback admitted while the master
+was dead, which Redis does not learn of: within the bound, and as large
+as the outage is long. "Back on Redis" needs a machine that is not itself
+stalling: stalls of the process send keys back to the fallback.
+
+EOF
+  section full "$full_cmd"
+  cat <<EOF
+
+## Fault tests
+
+A TCP proxy between the layers and Redis (\`internal/faultproxy\`: latency,
+a black hole, replies cut by FIN or RST, refused connections) and a
+redis-server of the test's own, killed and restarted. Decision times are
+bounded by the timeout (50 ms) plus 20 ms; "process stalls left out" are
+pauses of the whole test process, which are the machine's, not the
+layer's.
+
+EOF
+  section fault "$fault_cmd"
+  cat <<EOF
+
+## The sliding window counter and batched mode
+
+The sliding window counter's worst case and its error on Poisson arrivals
+(in memory, on a simulated clock: 300 clients with rates log-uniform over
+the range each subtest names, as multiples of the limit, for 20 periods),
+and batched mode's overshoot against the real server (4 hosts, 100 per
+second, chunks of 10, the worst load for it: one request per host as a
+window ends, a flood as the next begins).
+
+EOF
+  section approx "$approx_cmd"
+  cat <<EOF
+
+## Benchmarks of the Redis stores
+
+\`ratelimit/redis_bench_test.go\` against the redis-server above, 8
+decisions in flight per CPU (\`SetParallelism(8)\`), round trips counted
+by a go-redis hook (trips/op); exact mode (one script per decision),
+batched mode (leases of 100 units), and a key over its limit with and
+without the over-limit cache; allowed/op is the share of decisions that
+admitted. Medians of $COUNT runs with benchstat's 95% confidence interval
+(none shown: ±0%, or none computable). Compare rows within one run: the
+machine's other work moves them all. Redis's own time per script is not
+measured here: \`redis-cli INFO commandstats\` (\`usec_per_call\` of
+\`evalsha\`) after a benchmark of one algorithm shows it. The comparison
+with go-redis/redis_rate is in [benchmarks.md](benchmarks.md)
+(\`./scripts/bench.sh\`).
+
+\`\`\`sh
+$bench_cmd
+\`\`\`
+
+Ran in $(sed 's/^took //' "$raw/bench.about").
+
+EOF
+  (cd bench && go run ./cmd/testtable -benchstat "../$raw/bench.csv")
+} >"$RESULTS.tmp"
+mv "$RESULTS.tmp" "$RESULTS"
+echo "redis-results.sh: wrote $RESULTS in $(( took / 60 )) min $(( took % 60 )) s; raw output in $raw" >&2
+if [ "$failed" != 0 ]; then
+  echo "redis-results.sh: some tests or benchmarks failed: see the rows marked FAIL" >&2
+  exit 1
+fi
