@@ -9,7 +9,8 @@
 //	benchtable -command './scripts/bench.sh' -commit 1a2b3c4 RAW > docs/results/benchmarks.md
 //
 // Cells read "ns/op · allocs/op", or, for rows reporting decisions/s (the
-// Redis ones), "decisions/s · round trips per decision · µs/op".
+// Redis ones), "decisions/s · round trips per decision · µs/op", or, for
+// rows reporting rt/s (a background load), "round trips/s · decisions/s".
 package main
 
 import (
@@ -207,6 +208,13 @@ func cell(units map[string][]float64) string {
 		return ""
 	}
 	t, _ := median(units["ns/op"])
+	if trips, ok := median(units["rt/s"]); ok {
+		// A background load (BenchmarkRedisFleetTrips): round trips a
+		// second against decisions a second, each iteration a second of
+		// wall time, so no time per operation.
+		d, _ := median(units["decisions/s"])
+		return fmt.Sprintf("%.4g rt/s · %s decisions", trips, rate(d))
+	}
 	if d, ok := median(units["decisions/s"]); ok {
 		rt, _ := median(units["rt/op"])
 		return fmt.Sprintf("%s · %.4g rt · %s", rate(d), rt, ns(t))
