@@ -33,10 +33,10 @@ import (
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
-//   - While a client of a priority is served beyond the window (a flood),
-//     a client's only waiter that is next in line at that priority is not
-//     refused when its wait runs out: it may wait once more as long again,
-//     up to its request's Deadline. The wait bound is there to refuse the
+//   - While a client of a priority with more than one waiter is served
+//     beyond the window (a flood), a client's only waiter that is next in
+//     line at that priority is not refused when its wait runs out: it may
+//     wait once more as long again, up to its request's Deadline. The wait bound is there to refuse the
 //     flood in time for a retry, not the client that only waited for the
 //     capacity higher priorities took.
 //
@@ -241,7 +241,9 @@ func (lv *level) next(lifo bool) int {
 // extension returns how much longer w may wait once its wait has run out,
 // or 0: a waiter that is its client's only one, whose client is next in
 // line at its priority (within the window of the least served) while
-// another client of that priority is served beyond the window (a flood),
+// another client of that priority, with more than one waiter, is served
+// beyond the window (a flood: among many alike clients with a waiter or
+// none each, none is, and a longer wait would only lengthen the tail),
 // waits once more as long again, though not past its request's own
 // deadline. A standing queue is made by the clients that keep it full,
 // and its wait bound is there to refuse their requests in time for a
@@ -258,11 +260,11 @@ func (q *WaitQueue) extension(w *waiter) time.Duration {
 	}
 	flood := false
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
-		served := lv.flows[bits.TrailingZeros64(m)].served
-		if served+fairWindow*lv.hold < f.served {
+		o := &lv.flows[bits.TrailingZeros64(m)]
+		if o.served+fairWindow*lv.hold < f.served {
 			return 0 // not next in line
 		}
-		flood = flood || served > f.served+fairWindow*lv.hold
+		flood = flood || o.n > 1 && o.served > f.served+fairWindow*lv.hold
 	}
 	if !flood {
 		return 0 // nobody keeps the queue full: MaxWait as it is

@@ -458,6 +458,7 @@ func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
 // While another client keeps the queue full, a client's only waiter that
 // is next in line is not refused when MaxWait runs out: it waits once more
 // as long again (the capacity went elsewhere, not to a flood of its own).
+// A client ahead with one waiter is no flood.
 func TestFairNextInLineWaitsOnceMore(t *testing.T) {
 	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	const maxWait = 100 * time.Millisecond
@@ -503,7 +504,8 @@ func TestFairNextInLineWaitsOnceMore(t *testing.T) {
 	}
 	wait("light")
 	clock.Advance(maxWait / 2)
-	wait("heavy") // the flood goes on
+	wait("heavy") // the flood goes on, more than one waiting
+	wait("heavy")
 	clock.Advance(maxWait / 2)
 	// Its MaxWait has run out; heavy's waiter has not.
 	select {
@@ -521,12 +523,19 @@ func TestFairNextInLineWaitsOnceMore(t *testing.T) {
 	}
 	// A lone waiter: MaxWait as it is.
 	clock.Advance(maxWait / 4)
-	if r := <-done; r.key != "heavy" || r.err == nil {
-		t.Fatalf("%s: %v, want heavy timed out at MaxWait", r.key, r.err)
+	for range 2 {
+		if r := <-done; r.key != "heavy" || r.err == nil {
+			t.Fatalf("%s: %v, want heavy timed out at MaxWait", r.key, r.err)
+		}
 	}
+	// heavy, far ahead, with one waiter: no flood, MaxWait as it is.
+	wait("heavy")
 	wait("light")
 	clock.Advance(maxWait)
-	if r := <-done; r.key != "light" || r.err == nil || r.waited != maxWait {
-		t.Fatalf("%s after %v: %v, want light, alone, timed out at MaxWait", r.key, r.waited, r.err)
+	for range 2 {
+		r := <-done
+		if r.err == nil || r.waited != maxWait {
+			t.Fatalf("%s after %v: %v, want timed out at MaxWait, no flood", r.key, r.waited, r.err)
+		}
 	}
 }
