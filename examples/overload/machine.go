@@ -120,19 +120,6 @@ func listenOverflows() int64 {
 	return -1
 }
 
-// loadAverage is the first figure of /proc/loadavg; "" when unreadable.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // quiet is how undisturbed one step ran.
 type quiet struct {
 	known   bool    // false: /proc could not be read

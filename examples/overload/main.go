@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/examples/server/api"
+	"github.com/loadshed/loadshed/internal/runrecord"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -355,7 +356,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	if sc.change != nil {
 		measure = o.before + o.during + o.after
 	}
-	rep := &report{opts: o, pin: pin, sc: sc, measure: measure, loadBefore: loadAverage(), started: time.Now()}
+	rep := &report{opts: o, pin: pin, sc: sc, measure: measure, loadBefore: runrecord.LoadAverage(), started: time.Now()}
 	fmt.Fprintf(stdout, "\nscenario %s: %s (load average %s)\n", sc.name, sc.about, rep.loadBefore)
 
 	// Capacity and unloaded latency, on the unprotected server; with a
@@ -509,7 +510,7 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 			}
 		}
 	}
-	rep.loadAfter = loadAverage()
+	rep.loadAfter = runrecord.LoadAverage()
 	return rep, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/procstat"
+	"github.com/loadshed/loadshed/internal/runrecord"
 	"github.com/loadshed/loadshed/shed"
 )
 
@@ -218,7 +219,7 @@ func TestReadingProc(t *testing.T) {
 	if _, err := os.Stat("/proc/net/netstat"); err == nil && a.overflows < 0 {
 		t.Error("ListenOverflows not read from /proc/net/netstat")
 	}
-	if loadAverage() == "" {
+	if runrecord.LoadAverage() == "" {
 		t.Error("no load average")
 	}
 }

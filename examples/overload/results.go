@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/runrecord"
 )
 
 // The generated results files (-results DIR): DIR/overload.json and
@@ -72,7 +72,7 @@ func writeResults(dir string, args []string, reps []*report) error {
 		}
 	}
 	file.About = resultsAbout
-	commit := commitMeasured(dir)
+	commit := runrecord.Commit(dir, false)
 	command := strings.TrimSpace("go run ./examples/overload " + strings.Join(args, " "))
 	for _, r := range reps {
 		file.Scenarios[r.sc.name] = scenarioResult{Date: time.Now().UTC().Format(time.RFC3339), Machine: r.machine(),
@@ -82,10 +82,10 @@ func writeResults(dir string, args []string, reps []*report) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, resultsJSON), append(j, '\n')); err != nil {
+	if err := runrecord.WriteFile(filepath.Join(dir, resultsJSON), append(j, '\n')); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, resultsMD), resultsMarkdown(file))
+	return runrecord.WriteFile(filepath.Join(dir, resultsMD), resultsMarkdown(file))
 }
 
 // resultsMarkdown is overload.md: the same runs for people.
@@ -149,60 +149,4 @@ func targetsWord(r jsonReport) string {
 		}
 	}
 	return fmt.Sprintf("%d of %d missed, %d of them on a busy machine", failed+unsure, len(r.TargetVerdicts), unsure)
-}
-
-// commitMeasured is the revision of the tree the run is in, with
-// "+modified" when files other than the results (under resultsDir) have
-// changes not committed; the revision this binary was built from when git
-// cannot tell (run elsewhere than in the repository); "unknown" without
-// either.
-func commitMeasured(resultsDir string) string {
-	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
-		rev := strings.TrimSpace(string(out))
-		args := []string{"status", "--porcelain", "--untracked-files=no", "--", "."}
-		if resultsDir != "" {
-			args = append(args, ":(exclude)"+filepath.ToSlash(resultsDir))
-		}
-		if st, err := exec.Command("git", args...).Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-			rev += "+modified"
-		}
-		return rev
-	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		rev, modified := "", false
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if rev != "" {
-			if modified {
-				rev += "+modified"
-			}
-			return rev
-		}
-	}
-	return "unknown"
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -29,6 +29,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/runrecord"
 )
 
 func main() {
@@ -58,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		setups = append(setups, Setup{Work: *work, Load: *load, Critical: *critical,
 			Duration: *duration / time.Duration(*rounds), Timeout: *timeout, Propagate: f[0], Cooperate: f[1]})
 	}
-	loadBefore := loadAverage()
+	loadBefore := runrecord.LoadAverage()
 	results, err := RunInterleaved(context.Background(), setups, *rounds)
 	if err != nil {
 		fmt.Fprintln(stderr, "twoservices:", err)
@@ -68,8 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, r)
 	}
 	if *resultsDir != "" {
-		p := provenance{Date: time.Now(), Machine: machine(), Load: [2]string{loadBefore, loadAverage()},
-			Commit: commitMeasured(*resultsDir), Command: strings.TrimSpace("go run ./examples/twoservices " + strings.Join(args, " "))}
+		p := provenance{Date: time.Now(), Machine: machine(), Load: [2]string{loadBefore, runrecord.LoadAverage()},
+			Commit: runrecord.Commit(*resultsDir, true), Command: strings.TrimSpace("go run ./examples/twoservices " + strings.Join(args, " "))}
 		path, err := writeResults(*resultsDir, p, *rounds, results)
 		if err != nil {
 			fmt.Fprintln(stderr, "twoservices:", err)

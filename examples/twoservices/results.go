@@ -5,12 +5,12 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/runrecord"
 )
 
 // resultsName is the generated results file -results DIR writes:
@@ -40,7 +40,7 @@ func writeResults(dir string, p provenance, rounds int, results []Result) (strin
 		return "", fmt.Errorf("-results: %w", err)
 	}
 	path := filepath.Join(dir, resultsName)
-	if err := writeFileAtomic(path, resultsMarkdown(p, rounds, results)); err != nil {
+	if err := runrecord.WriteFile(path, resultsMarkdown(p, rounds, results)); err != nil {
 		return "", fmt.Errorf("-results: %w", err)
 	}
 	return path, nil
@@ -150,74 +150,4 @@ func cpuModel() string {
 		}
 	}
 	return ""
-}
-
-// loadAverage is /proc/loadavg's three figures; "" when unreadable.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// commitMeasured is git describe of the tree the run is in, with
-// "+modified" when files other than the results (under resultsDir) have
-// changes not committed; the revision this binary was built from when git
-// cannot tell (run outside the repository); "unknown" without either.
-func commitMeasured(resultsDir string) string {
-	if out, err := exec.Command("git", "describe", "--always", "--abbrev=12").Output(); err == nil {
-		rev := strings.TrimSpace(string(out))
-		args := []string{"status", "--porcelain", "--untracked-files=no", "--", "."}
-		if resultsDir != "" {
-			args = append(args, ":(exclude)"+filepath.ToSlash(resultsDir))
-		}
-		if st, err := exec.Command("git", args...).Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-			rev += "+modified"
-		}
-		return rev
-	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		rev, modified := "", false
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if rev != "" {
-			if modified {
-				rev += "+modified"
-			}
-			return rev
-		}
-	}
-	return "unknown"
-}
-
-// writeFileAtomic replaces path with b, so that a run stopped half-way
-// leaves the last complete file.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
