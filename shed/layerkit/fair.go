@@ -36,9 +36,9 @@ import (
 //   - While a client of a priority with more than one waiter is served
 //     beyond the window (a flood), a client's only waiter that is next in
 //     line at that priority is not refused when its wait runs out: it may
-//     wait once more as long again, up to its request's Deadline. The wait bound is there to refuse the
-//     flood in time for a retry, not the client that only waited for the
-//     capacity higher priorities took.
+//     wait once more as long again, up to its request's Deadline. The
+//     wait bound is there to refuse the flood in time for a retry, not the
+//     client that only waited for the capacity higher priorities took.
 //
 // A client asking less than its share is served as it asks; what it leaves
 // goes to the others. Memory and the time of a decision do not grow with
