@@ -9,9 +9,10 @@ import (
 
 // The recovery targets: after a capacity change, in either direction,
 // goodput back to at least recoverGoodput of what the floor answers in the
-// same window (on the same arrivals, with the new capacity) and critical
-// success back to targetCriticalSuccess, within recoverWithin, for a
-// second at least.
+// same window (on the same arrivals, with the new capacity), less what the
+// window's refusals cost the server (as the steady goodput target's bound:
+// the floor refuses for nothing), and critical success back to
+// targetCriticalSuccess, within recoverWithin, for a second at least.
 const (
 	window         = 500 * time.Millisecond
 	recoverGoodput = 0.90
@@ -27,17 +28,37 @@ type recovery struct {
 	// end of the flood, if sooner); -1: never.
 	back time.Duration
 	// Per window from two windows before the change: goodput (answers
-	// ending in the window, per second), the floor's, critical success of
-	// the requests sent in the window (-1: none sent).
-	from                     time.Duration
-	goodput, floor, critical []float64
+	// ending in the window, per second), the floor's, the floor's less
+	// what the window's refusals cost (bound), critical success of the
+	// requests sent in the window (-1: none sent).
+	from                            time.Duration
+	goodput, floor, bound, critical []float64
+}
+
+// refusalPrice is what refusing costs the server while a change lasts:
+// cost, the CPU time of one refusal, measured in the run; cpuShare, the
+// part of the server's CPU left to it (a neighbour that burns half of it
+// leaves 0.5, and a refusal then costs twice as large a part of the
+// capacity; a slower downstream leaves the CPU whole: 1).
+type refusalPrice struct {
+	cost     time.Duration
+	cpuShare float64
+}
+
+// left is the part of the capacity refusals at perSecond leave.
+func (p refusalPrice) left(perSecond float64) float64 {
+	if p.cpuShare <= 0 {
+		return 1
+	}
+	return max(0, 1-perSecond*p.cost.Seconds()/p.cpuShare)
 }
 
 // recoveryAfter measures the windows around a change made at at, up to
 // horizon (the next change, or the end of the flood). critical says whether
 // critical success is judged (critical demand alone fits the new capacity).
-// floorLat is the floor's latencies of arr.
-func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at, horizon time.Duration, capacity float64, critical bool) recovery {
+// floorLat is the floor's latencies of arr; price what a refusal costs
+// after the change.
+func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at, horizon time.Duration, capacity float64, critical bool, price refusalPrice) recovery {
 	r := recovery{at: at, capacity: capacity, from: max(0, at-2*window)}
 	// Whole windows only; a change made a few milliseconds late does not
 	// cost the last one.
@@ -46,8 +67,8 @@ func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at
 		r.back = -1
 		return r
 	}
-	r.goodput, r.floor, r.critical = make([]float64, n), make([]float64, n), make([]float64, n)
-	critSent, critOK := make([]int, n), make([]int, n)
+	r.goodput, r.floor, r.bound, r.critical = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	critSent, critOK, refused := make([]int, n), make([]int, n), make([]int, n)
 	index := func(t time.Duration) int {
 		if t < r.from {
 			return -1
@@ -62,6 +83,12 @@ func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at
 		if s.res == resOK {
 			if i := index(s.at + s.latency); i >= 0 {
 				r.goodput[i]++
+			}
+		}
+		if s.res == resThrottle || s.res == resShed {
+			// Refused at once, where it was sent.
+			if i := index(s.at); i >= 0 {
+				refused[i]++
 			}
 		}
 		if s.prio == shed.Critical {
@@ -82,23 +109,28 @@ func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at
 	}
 	// Back at the first window that starts a second on target (all of the
 	// phase, if it is shorter): critical success in each window, goodput
-	// over the second, against the floor's over the same second. Over the
-	// second, not by window: with the downstream slowed down, answers come
-	// four at a time every 90ms, five or six batches to a window, and the
-	// floor's batches fall elsewhere than the server's. A dip later on is
-	// the steady targets' business, not the change's.
+	// over the second, against the floor's less the refusals' cost over
+	// the same second. Over the second, not by window: with the downstream
+	// slowed down, answers come four at a time every 90ms, five or six
+	// batches to a window, and the floor's batches fall elsewhere than the
+	// server's. A dip later on is the steady targets' business, not the
+	// change's.
 	const streak = int(time.Second / window)
 	first := -1
 	critOKs := make([]bool, n)
 	for i := range n {
 		r.goodput[i] /= window.Seconds()
 		r.floor[i] /= window.Seconds()
+		r.bound[i] = r.floor[i]
 		r.critical[i] = -1
 		if critSent[i] > 0 {
 			r.critical[i] = float64(critOK[i]) / float64(critSent[i])
 		}
-		if start := r.from + time.Duration(i)*window; start >= at && first < 0 {
-			first = i
+		if start := r.from + time.Duration(i)*window; start >= at {
+			r.bound[i] *= price.left(float64(refused[i]) / window.Seconds())
+			if first < 0 {
+				first = i
+			}
 		}
 		critOKs[i] = !(critical && r.critical[i] >= 0 && r.critical[i] < targetCriticalSuccess)
 	}
@@ -108,13 +140,13 @@ func recoveryAfter(samples []sample, arr []arrival, floorLat []time.Duration, at
 		need = min(streak, n-first) // a phase shorter than the streak
 	}
 	for i := max(first, 0); first >= 0 && i+need <= n; i++ {
-		good, served, floor := true, 0.0, 0.0
+		good, served, bound := true, 0.0, 0.0
 		for j := i; j < i+need; j++ {
 			good = good && critOKs[j]
 			served += r.goodput[j]
-			floor += r.floor[j]
+			bound += r.bound[j]
 		}
-		if good && served >= recoverGoodput*floor {
+		if good && served >= recoverGoodput*bound {
 			r.back = r.from + time.Duration(i)*window - at
 			break
 		}

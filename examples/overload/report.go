@@ -412,6 +412,10 @@ func (r *report) printFloorTable(w io.Writer) {
 			for _, g := range rc.floor {
 				fmt.Fprintf(w, " %.0f", g)
 			}
+			fmt.Fprint(w, " | less refusals")
+			for _, g := range rc.bound {
+				fmt.Fprintf(w, " %.0f", g)
+			}
 			fmt.Fprint(w, " | critical ok")
 			for _, c := range rc.critical {
 				if c < 0 {

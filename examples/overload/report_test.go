@@ -57,7 +57,7 @@ func TestRecoveryAfterAChange(t *testing.T) {
 		arr = append(arr, arrival{at: at, prio: p})
 		floorLat = append(floorLat, time.Millisecond)
 	}
-	r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true)
+	r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true, refusalPrice{})
 	if r.back != time.Second {
 		t.Errorf("back after %s, want 1s (goodput %v, floor %v, critical %v)", r.back, r.goodput, r.floor, r.critical)
 	}
@@ -71,10 +71,10 @@ func TestRecoveryAfterAChange(t *testing.T) {
 			samples[i].res = resShed
 		}
 	}
-	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true); r.back != 2*time.Second {
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, true, refusalPrice{}); r.back != 2*time.Second {
 		t.Errorf("critical failing until 4s: back after %s, want 2s", r.back)
 	}
-	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false, refusalPrice{}); r.back != time.Second {
 		t.Errorf("critical not judged: back after %s, want 1s", r.back)
 	}
 	// Goodput is judged over a second: 100% and 85% of the floor's in turn
@@ -88,7 +88,7 @@ func TestRecoveryAfterAChange(t *testing.T) {
 			}
 		}
 	}
-	if r := recoveryAfter(alternate, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+	if r := recoveryAfter(alternate, arr, floorLat, 2*time.Second, 6*time.Second, 100, false, refusalPrice{}); r.back != time.Second {
 		t.Errorf("goodput 100%% and 85%% in turn: back after %s, want 1s (goodput %v)", r.back, r.goodput)
 	}
 	// A dip of one window later on does not undo the recovery; off target
@@ -98,7 +98,7 @@ func TestRecoveryAfterAChange(t *testing.T) {
 			samples[i].res = resTimeout
 		}
 	}
-	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back != time.Second {
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false, refusalPrice{}); r.back != time.Second {
 		t.Errorf("a dip at 4.5s: back after %s, want 1s", r.back)
 	}
 	for i := range samples {
@@ -106,8 +106,57 @@ func TestRecoveryAfterAChange(t *testing.T) {
 			samples[i].res = resTimeout
 		}
 	}
-	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false); r.back >= 0 {
+	if r := recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false, refusalPrice{}); r.back >= 0 {
 		t.Errorf("off target every other window: back after %s, want never", r.back)
+	}
+}
+
+// The recovery's goodput is judged against the floor's less what the
+// refusals cost the server: the floor refuses for nothing, and a neighbour
+// that took half the CPU makes each refusal cost twice as large a part of
+// what is left.
+func TestRecoveryPaysForRefusals(t *testing.T) {
+	// 200 arrivals a second; the floor answers every other one, the
+	// server 85 of each 100 the floor answers (85/s) and refuses the
+	// other 115/s, each at 500µs of CPU.
+	var samples []sample
+	var arr []arrival
+	var floorLat []time.Duration
+	for i := range 1200 {
+		at := time.Duration(i) * 5 * time.Millisecond
+		res, fl := resShed, time.Duration(-1)
+		if i%2 == 0 {
+			fl = time.Millisecond
+			if (i/2)%20 < 17 {
+				res = resOK
+			}
+		}
+		samples = append(samples, sample{prio: shed.Default, res: res, latency: time.Millisecond, at: at})
+		arr = append(arr, arrival{at: at, prio: shed.Default})
+		floorLat = append(floorLat, fl)
+	}
+	judge := func(p refusalPrice) recovery {
+		return recoveryAfter(samples, arr, floorLat, 2*time.Second, 6*time.Second, 100, false, p)
+	}
+	if r := judge(refusalPrice{}); r.back >= 0 {
+		t.Errorf("85%% of the floor's, refusals free: back after %s, want never", r.back)
+	}
+	// 115 refusals/s × 500µs = 5.75% of a whole CPU: 94.25/s left of the
+	// floor's 100/s, and 85 is over 90% of that.
+	if r := judge(refusalPrice{cost: 500 * time.Microsecond, cpuShare: 1}); r.back != 0 {
+		t.Errorf("refusals paid on a whole CPU: back after %s, want at once (bound %v)", r.back, r.bound)
+	}
+	// 100µs a refusal is 1.15%: 98.85/s left, and 85 is under 90% of it.
+	if r := judge(refusalPrice{cost: 100 * time.Microsecond, cpuShare: 1}); r.back >= 0 {
+		t.Errorf("cheap refusals: back after %s, want never (bound %v)", r.back, r.bound)
+	}
+	// On half a CPU, the same 100µs costs 2.3%: still never; at 300µs,
+	// 6.9% on half a CPU, 3.45% on a whole one.
+	if r := judge(refusalPrice{cost: 300 * time.Microsecond, cpuShare: 1}); r.back >= 0 {
+		t.Errorf("300µs on a whole CPU: back after %s, want never (bound %v)", r.back, r.bound)
+	}
+	if r := judge(refusalPrice{cost: 300 * time.Microsecond, cpuShare: 0.5}); r.back != 0 {
+		t.Errorf("300µs on half a CPU: back after %s, want at once (bound %v)", r.back, r.bound)
 	}
 }
 

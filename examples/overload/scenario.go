@@ -40,6 +40,10 @@ type capacityChange struct {
 	// factor, when known, is how many times slower the service runs while
 	// the change lasts (0: measured in the calibration).
 	factor float64
+	// takesCPU: the change takes part of the server's CPU (a neighbour
+	// that burns it), so that a refusal while it lasts costs a larger part
+	// of the capacity left.
+	takesCPU bool
 	// start takes the capacity away from the servers at bases; the
 	// function it returns gives it back and says how much CPU time the
 	// change itself used on the server's CPU (a neighbour's).
@@ -100,7 +104,7 @@ func newScenario(name string, o options) (scenario, error) {
 	case scenarioNoisy:
 		return scenario{name: name, work: o.work,
 			about:  fmt.Sprintf("noisy neighbour: as cpu (%s a request), another process burns the server's CPU mid-flood", o.work),
-			change: &capacityChange{about: "a CPU burner on the server's CPU", start: startNeighbour}}, nil
+			change: &capacityChange{about: "a CPU burner on the server's CPU", takesCPU: true, start: startNeighbour}}, nil
 	case scenarioMixed:
 		return scenario{name: name, work: o.work, pool: mixedPool, latency: o.latency,
 			about: fmt.Sprintf("mixed: each request holds one of %d downstream connections for %s, then burns %s of the server's one CPU", mixedPool, o.latency, o.work)}, nil
