@@ -25,11 +25,12 @@ import (
 //     average at the grant, corrected by Ticket.Done with the time the
 //     slot was actually held: seat-seconds), divided by the client's
 //     weight. Capacity goes to the flow of the highest priority that has
-//     had the least (among flows within fairWindow grants of it, to the
-//     oldest waiter, or the newest under AdaptiveLIFO); a flow that
-//     starts waiting starts fairWindow grants behind the flow served
-//     last, so that a client that asks now and then is served ahead of
-//     one that keeps the queue full, and idling earns no more credit.
+//     had the least (among flows within fairWindow grants of it, or with
+//     a single waiter, to the oldest waiter, or the newest under
+//     AdaptiveLIFO); a flow that starts waiting starts fairWindow grants
+//     behind the flow served last, so that a client that asks now and
+//     then is served ahead of one that keeps the queue full, and idling
+//     earns no more credit.
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client.
@@ -208,11 +209,18 @@ func (lv *level) choose(h uint64) int {
 }
 
 // next returns the flow to serve: of the non-empty flows within
-// fairWindow grants' charge of the least served in virtual time, the one
-// whose waiter is oldest (newest under LIFO). Clients even in their
-// service are so served in the order a plain queue would serve them, and
-// a client ahead of another by more than the window waits for it. The
-// level must not be empty.
+// fairWindow grants' charge of the least served in virtual time, or with
+// one waiter, the one whose waiter is oldest (newest under LIFO). Clients
+// even in their service are so served in the order a plain queue would
+// serve them, and a client ahead of another by more than the window waits
+// for it while it has more than one waiter. A client with one waiter
+// holds no backlog to hold back: among many clients that ask alike, each
+// with a waiter or two, chance alone puts some a window ahead of the
+// least served, and holding their waiters back only reordered them (the
+// demonstration's I/O-bound scenario at 5x: the p99 of all admitted 2.15-
+// 2.39 times the floor's with them held back, 1.85-2.0 without, against
+// 1.73-1.91 for a plain queue in the same runs). The level must not be
+// empty.
 func (lv *level) next(lifo bool) int {
 	least := math.Inf(1)
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
@@ -224,7 +232,7 @@ func (lv *level) next(lifo bool) int {
 	for m := lv.nonEmpty; m != 0; m &= m - 1 {
 		i := bits.TrailingZeros64(m)
 		f := &lv.flows[i]
-		if f.served > bound && f.served != least {
+		if f.served > bound && f.served != least && f.n > 1 {
 			continue
 		}
 		seq := f.list.head.seq

@@ -455,6 +455,80 @@ func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
 	}
 }
 
+// A client ahead of the least served by more than the window waits for it
+// only while it has a backlog: its single waiter is served in arrival
+// order, its second waits.
+func TestFairOneWaiterIsNoBacklog(t *testing.T) {
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inUse atomic.Int64
+	take := func() bool { return inUse.CompareAndSwap(0, 1) }
+	type grant struct {
+		key string
+		t   Ticket
+	}
+	granted := make(chan grant, 64)
+	wait := func(key string) {
+		n := q.Len()
+		go func() {
+			tk, _, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, func() { inUse.Store(0) })
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- grant{key, tk}
+		}()
+		for q.Len() == n {
+			runtime.Gosched()
+		}
+	}
+	if !take() {
+		t.Fatal("the slot is taken")
+	}
+	var cur grant
+	release := func() string {
+		clock.Advance(10 * time.Millisecond)
+		inUse.Store(0)
+		cur.t.Done()
+		q.Notify()
+		cur = <-granted
+		return cur.key
+	}
+	// "ahead" is served alone for a while, one waiter at a time.
+	for range 2 * fairWindow {
+		wait("ahead")
+		if got := release(); got != "ahead" {
+			t.Fatalf("%s granted, want ahead, the only one waiting", got)
+		}
+	}
+	// It queues again, then a newcomer starts a window behind it: one
+	// waiter is served first come, first served.
+	wait("ahead")
+	wait("new")
+	for _, want := range []string{"ahead", "new"} {
+		if got := release(); got != want {
+			t.Fatalf("one waiter ahead: %s granted, want %s (arrival order)", got, want)
+		}
+	}
+	// With two waiters it is a backlog: the newcomer goes first.
+	for range 2 * fairWindow {
+		wait("ahead")
+		if got := release(); got != "ahead" {
+			t.Fatalf("%s granted, want ahead, the only one waiting", got)
+		}
+	}
+	wait("ahead")
+	wait("ahead")
+	wait("other")
+	for _, want := range []string{"other", "ahead", "ahead"} {
+		if got := release(); got != want {
+			t.Fatalf("two waiters ahead: %s granted, want %s", got, want)
+		}
+	}
+}
+
 // While another client keeps the queue full, a client's only waiter that
 // is next in line is not refused when MaxWait runs out: it waits once more
 // as long again (the capacity went elsewhere, not to a flood of its own).
