@@ -591,7 +591,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
 	st.capacity = rep.capacity
 	critRate := offered * mix[shed.Critical]
-	criticalFitsChanged := critRate < rep.capacityChanged
+	criticalFitsChanged := criticalFits(critRate, rep.capacityChanged)
 	if len(changes) == 2 {
 		t1, t2 := changes[0].applied, changes[1].applied
 		model.slow = []slowdown{{from: t1, to: t2, factor: rep.capacity / rep.capacityChanged}}
@@ -610,7 +610,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		}
 		st.recoveries = []recovery{
 			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged, during),
-			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, critRate < rep.capacity, refusalPrice{cost: rep.refusalCost, cpuShare: 1}),
+			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, criticalFits(critRate, rep.capacity), refusalPrice{cost: rep.refusalCost, cpuShare: 1}),
 		}
 		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
 		st.unchanged = summarise(steady(samples, changes, true), rep.measure)

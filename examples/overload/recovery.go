@@ -35,6 +35,19 @@ type recovery struct {
 	goodput, floor, bound, critical []float64
 }
 
+// criticalFits reports whether critical demand alone, at rate, fits a
+// capacity measured in the run, so that critical success is judged while
+// it is in force: at most criticalFitShare of it. The steady targets judge
+// critical success where critical demand is a half of capacity or less,
+// never where it is all of it (10x); a capacity with a change is
+// measured, not known, and at 5x critical demand read 0.998 of the noisy
+// neighbour's half of the CPU in one run and all of it in another: a coin
+// toss on whether success is judged where even a perfect scheduler's
+// queue grows without bound.
+func criticalFits(rate, capacity float64) bool { return rate <= criticalFitShare*capacity }
+
+const criticalFitShare = 0.9
+
 // refusalPrice is what refusing costs the server while a change lasts:
 // cost, the CPU time of one refusal, measured in the run; cpuShare, the
 // part of the server's CPU left to it (a neighbour that burns half of it

@@ -272,3 +272,24 @@ func TestReadingProc(t *testing.T) {
 		t.Error("no load average")
 	}
 }
+
+// Critical success is judged during a change only where critical demand
+// is at most 90% of the capacity measured: not at 5x on the noisy
+// neighbour's half of the CPU, which reads within noise of it.
+func TestCriticalFitsWithRoom(t *testing.T) {
+	for _, c := range []struct {
+		rate, capacity float64
+		want           bool
+	}{
+		{96, 240, true},     // 2x, half the CPU: 0.4 of it
+		{238.5, 239, false}, // 5x, half the CPU, as one run measured it
+		{238.5, 477, true},  // 5x, the whole CPU: 0.5
+		{477, 477, false},   // 10x, the whole CPU
+		{240, 267, true},    // 0.899
+		{241, 267.7, false}, // 0.900 and a little
+	} {
+		if got := criticalFits(c.rate, c.capacity); got != c.want {
+			t.Errorf("critical at %.1f/s, capacity %.1f/s: fits %v, want %v", c.rate, c.capacity, got, c.want)
+		}
+	}
+}
