@@ -394,64 +394,85 @@ func TestFairManyKeysCountAsManyClients(t *testing.T) {
 	}
 }
 
-// A client that asks now and then is served at the next free slot, ahead
-// of a client that keeps the queue full, whichever queued first; and that
-// holds again when it comes back (its credit is bounded, not spent).
-func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
+// oneSlot is a fair queue in front of one slot, on a manual clock: wait
+// queues a request of a client, release frees the slot after 10ms and
+// returns the client granted it next.
+type oneSlot struct {
+	t       *testing.T
+	q       *WaitQueue
+	clock   *shedtest.Clock
+	inUse   atomic.Int64
+	granted chan oneSlotGrant
+	cur     oneSlotGrant
+}
+
+type oneSlotGrant struct {
+	key string
+	t   Ticket
+}
+
+// newOneSlot returns the queue with its slot taken.
+func newOneSlot(t *testing.T) *oneSlot {
+	t.Helper()
 	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inUse atomic.Int64
-	take := func() bool { return inUse.CompareAndSwap(0, 1) }
-	type grant struct {
-		key string
-		t   Ticket
-	}
-	granted := make(chan grant, 64)
-	wait := func(key string) {
-		n := q.Len()
-		go func() {
-			tk, _, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, func() { inUse.Store(0) })
-			if err != nil {
-				t.Error(err)
-			}
-			granted <- grant{key, tk}
-		}()
-		for q.Len() == n {
-			runtime.Gosched()
-		}
-	}
-	if !take() {
+	s := &oneSlot{t: t, q: q, clock: clock, granted: make(chan oneSlotGrant, 64)}
+	if !s.take() {
 		t.Fatal("the slot is taken")
 	}
-	cur := grant{key: "heavy"}
-	release := func() grant {
-		clock.Advance(10 * time.Millisecond)
-		inUse.Store(0)
-		cur.t.Done()
-		q.Notify()
-		cur = <-granted
-		return cur
+	return s
+}
+
+func (s *oneSlot) take() bool { return s.inUse.CompareAndSwap(0, 1) }
+
+func (s *oneSlot) wait(key string) {
+	n := s.q.Len()
+	go func() {
+		tk, _, err := s.q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, s.take, func() { s.inUse.Store(0) })
+		if err != nil {
+			s.t.Error(err)
+		}
+		s.granted <- oneSlotGrant{key, tk}
+	}()
+	for s.q.Len() == n {
+		runtime.Gosched()
 	}
+}
+
+func (s *oneSlot) release() string {
+	s.clock.Advance(10 * time.Millisecond)
+	s.inUse.Store(0)
+	s.cur.t.Done()
+	s.q.Notify()
+	s.cur = <-s.granted
+	return s.cur.key
+}
+
+// A client that asks now and then is served at the next free slot, ahead
+// of a client that keeps the queue full, whichever queued first; and that
+// holds again when it comes back (its credit is bounded, not spent).
+func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
+	s := newOneSlot(t)
 	for range 8 {
-		wait("heavy")
+		s.wait("heavy")
 	}
 	for round := range 40 {
-		if g := release(); g.key != "heavy" {
-			t.Fatalf("round %d: %s granted, want heavy, the only one waiting", round, g.key)
+		if got := s.release(); got != "heavy" {
+			t.Fatalf("round %d: %s granted, want heavy, the only one waiting", round, got)
 		}
-		wait("heavy")
+		s.wait("heavy")
 		if round < 2*fairWindow || round%5 != 0 {
 			continue
 		}
 		light := fmt.Sprintf("light-%d", round%3) // the same three come back
-		wait(light)
-		if g := release(); g.key != light {
-			t.Fatalf("round %d: %s granted, want %s, which asks now and then", round, g.key, light)
+		s.wait(light)
+		if got := s.release(); got != light {
+			t.Fatalf("round %d: %s granted, want %s, which asks now and then", round, got, light)
 		}
-		wait("heavy")
+		s.wait("heavy")
 	}
 }
 
@@ -459,71 +480,35 @@ func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
 // only while it has a backlog: its single waiter is served in arrival
 // order, its second waits.
 func TestFairOneWaiterIsNoBacklog(t *testing.T) {
-	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inUse atomic.Int64
-	take := func() bool { return inUse.CompareAndSwap(0, 1) }
-	type grant struct {
-		key string
-		t   Ticket
-	}
-	granted := make(chan grant, 64)
-	wait := func(key string) {
-		n := q.Len()
-		go func() {
-			tk, _, err := q.WaitRequest(context.Background(), shed.Request{Key: key}, time.Time{}, take, func() { inUse.Store(0) })
-			if err != nil {
-				t.Error(err)
-			}
-			granted <- grant{key, tk}
-		}()
-		for q.Len() == n {
-			runtime.Gosched()
-		}
-	}
-	if !take() {
-		t.Fatal("the slot is taken")
-	}
-	var cur grant
-	release := func() string {
-		clock.Advance(10 * time.Millisecond)
-		inUse.Store(0)
-		cur.t.Done()
-		q.Notify()
-		cur = <-granted
-		return cur.key
-	}
+	s := newOneSlot(t)
 	// "ahead" is served alone for a while, one waiter at a time.
 	for range 2 * fairWindow {
-		wait("ahead")
-		if got := release(); got != "ahead" {
+		s.wait("ahead")
+		if got := s.release(); got != "ahead" {
 			t.Fatalf("%s granted, want ahead, the only one waiting", got)
 		}
 	}
 	// It queues again, then a newcomer starts a window behind it: one
 	// waiter is served first come, first served.
-	wait("ahead")
-	wait("new")
+	s.wait("ahead")
+	s.wait("new")
 	for _, want := range []string{"ahead", "new"} {
-		if got := release(); got != want {
+		if got := s.release(); got != want {
 			t.Fatalf("one waiter ahead: %s granted, want %s (arrival order)", got, want)
 		}
 	}
 	// With two waiters it is a backlog: the newcomer goes first.
 	for range 2 * fairWindow {
-		wait("ahead")
-		if got := release(); got != "ahead" {
+		s.wait("ahead")
+		if got := s.release(); got != "ahead" {
 			t.Fatalf("%s granted, want ahead, the only one waiting", got)
 		}
 	}
-	wait("ahead")
-	wait("ahead")
-	wait("other")
+	s.wait("ahead")
+	s.wait("ahead")
+	s.wait("other")
 	for _, want := range []string{"other", "ahead", "ahead"} {
-		if got := release(); got != want {
+		if got := s.release(); got != want {
 			t.Fatalf("two waiters ahead: %s granted, want %s", got, want)
 		}
 	}
