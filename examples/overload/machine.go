@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -24,6 +25,9 @@ import (
 //     time);
 //   - the load generator sent more than maxLate of its requests more than
 //     lateBy after their planned arrival;
+//   - the server's CPU ran the requests' work more than maxSpeedChange
+//     slower or faster than when the capacity was measured, where the
+//     capacity is the CPU's (cpuspeed.go);
 //   - while the capacity of a CPU-bound server was measured, the server
 //     used less than minCalibrationCPU of its CPU: the closed loop did not
 //     keep it busy, and the capacity every step is judged against reads
@@ -142,6 +146,10 @@ type quiet struct {
 	// saturating: the step is a CPU-bound server's calibration, which
 	// must keep the server's CPU busy (minCalibrationCPU).
 	saturating bool
+	// speed is how much faster the server's CPU ran the requests' work
+	// than in the calibration (speedChange; 0: unknown, or the capacity
+	// not the CPU's).
+	speed float64
 }
 
 // quietBetween compares two readings; extra is CPU time the scenario's
@@ -185,6 +193,13 @@ func (q quiet) trusted() (bool, string) {
 	}
 	if q.known && q.saturating && q.serverCPU < minCalibrationCPU {
 		why = append(why, fmt.Sprintf("the server used %.1f%% of its CPU while its capacity was measured, under %.0f%%: the capacity reads low", 100*q.serverCPU, 100*minCalibrationCPU))
+	}
+	if q.speed < -maxSpeedChange || q.speed > maxSpeedChange {
+		how := "slower"
+		if q.speed > 0 {
+			how = "faster"
+		}
+		why = append(why, fmt.Sprintf("the server's CPU ran the requests' work %.1f%% %s than when the capacity was measured", 100*math.Abs(q.speed), how))
 	}
 	if q.late > maxLate {
 		why = append(why, fmt.Sprintf("the load generator sent %.1f%% of its requests over %s late (p99 %s)", 100*q.late, lateBy, ms(q.lateP99)))

@@ -393,8 +393,14 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		// busy while it is measured makes every figure after it wrong.
 		pids := []int{servers[0].cmd.Process.Pid}
 		before := readCPUTimes(pin.serverCPU, pids...)
+		workBefore, workOK := readWorkClock(bases[:1])
 		rep.capacity = closed()
+		workAfter, workOK2 := readWorkClock(bases[:1])
 		after := readCPUTimes(pin.serverCPU, pids...)
+		if workOK && workOK2 && !sc.poolKnown() {
+			// The capacity is the CPU's: the speed it was measured at.
+			rep.workCPU = perRequest(workBefore, workAfter)
+		}
 		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
 		// On a pinned CPU-bound server the closed loop must keep the CPU
 		// busy, or the capacity reads low (a pool's capacity is known,
@@ -567,8 +573,10 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		pids = append(pids, s.cmd.Process.Pid)
 	}
 	before := readCPUTimes(env.pin.serverCPU, pids...)
+	workBefore, workOK := readWorkClock(bases)
 	usage := sampleUsage(ctx, bases[0])
 	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
+	workAfter, workOK2 := readWorkClock(bases)
 	after := readCPUTimes(env.pin.serverCPU, pids...)
 	fleet := usage()
 	if ctx.Err() != nil {
@@ -582,6 +590,9 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	samples := measured(fl.samples, o.warmup)
 	st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, rep.measure), fleetUsage: fleet,
 		quiet: quietBetween(before, after, env.pin.taskset != "", after.processes-before.processes, neighbourCPU, fl)}
+	if workOK && workOK2 {
+		st.quiet.speed = speedChange(rep.workCPU, perRequest(workBefore, workAfter))
+	}
 
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).

@@ -87,7 +87,11 @@ type report struct {
 	kneePoints []kneePoint
 	// calibration is how quiet the machine was while the capacity was
 	// measured.
-	calibration           quiet
+	calibration quiet
+	// workCPU is the mean CPU time of a request's work in the
+	// calibration, in seconds, where the capacity is the CPU's (0:
+	// unknown): the CPU's speed then (cpuspeed.go).
+	workCPU               float64
 	steps                 []step
 	started               time.Time
 	loadBefore, loadAfter string
@@ -477,9 +481,13 @@ type jsonStep struct {
 	RecoverySeconds []float64 `json:"recovery_seconds,omitempty"`
 	// ListenOverflows is how many connections the machine's listen queues
 	// had no room for during the step.
-	ListenOverflows int64  `json:"listen_overflows,omitempty"`
-	Trusted         bool   `json:"trusted"`
-	Untrusted       string `json:"untrusted_because,omitempty"`
+	ListenOverflows int64 `json:"listen_overflows,omitempty"`
+	// CPUSpeedChange is how much faster the server's CPU ran the
+	// requests' work than in the calibration, as a share (negative:
+	// slower), where the capacity is the CPU's (cpuspeed.go).
+	CPUSpeedChange float64 `json:"cpu_speed_change,omitempty"`
+	Trusted        bool    `json:"trusted"`
+	Untrusted      string  `json:"untrusted_because,omitempty"`
 	// Refusals is the step's 429s and 503s per second; GoodputBound the
 	// capacity they leave, capacity × (1 − refusals × the refusal cost).
 	Refusals     float64 `json:"refusals_per_second"`
@@ -563,6 +571,7 @@ func (r *report) json() jsonReport {
 			js.Tenant = jt
 		}
 		js.ListenOverflows = s.quiet.overflows
+		js.CPUSpeedChange = s.quiet.speed
 		for _, rc := range s.recoveries {
 			js.RecoverySeconds = append(js.RecoverySeconds, rc.back.Seconds())
 		}

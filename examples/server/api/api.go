@@ -121,7 +121,7 @@ type Service struct {
 	stats   *Stats
 	gauges  []layerkit.GaugeReporter
 	closers []func() error
-	burner  burner
+	burner  *burner
 	down    *downstream  // nil without Config.Downstream
 	live    *config.Live // with Config.ConfigFile
 	status  *shedstatus.Recorder
@@ -434,6 +434,14 @@ func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
 		}
 		fmt.Fprintf(&b, "loadshed_example_served_seconds_sum{priority=%q} %s\n", p, strconv.FormatFloat(time.Duration(h.sum.Load()).Seconds(), 'g', -1, 64))
 		fmt.Fprintf(&b, "loadshed_example_served_seconds_count{priority=%q} %d\n", p, n)
+	}
+	{
+		cpu, n := s.BurnCPU()
+		b.WriteString("# HELP loadshed_example_work_cpu_seconds_total CPU time the requests' work (?work=) took, on their threads' CPU clocks.\n")
+		b.WriteString("# TYPE loadshed_example_work_cpu_seconds_total counter\n")
+		fmt.Fprintf(&b, "loadshed_example_work_cpu_seconds_total %s\n", strconv.FormatFloat(cpu.Seconds(), 'g', -1, 64))
+		b.WriteString("# TYPE loadshed_example_work_timed_total counter\n")
+		fmt.Fprintf(&b, "loadshed_example_work_timed_total %d\n", n)
 	}
 	b.WriteString("# TYPE loadshed_example_in_flight gauge\n")
 	fmt.Fprintf(&b, "loadshed_example_in_flight %d\n", s.stats.InFlight())

@@ -2,6 +2,7 @@ package api
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,11 @@ const BurnRateEnv = "LOADSHED_API_BURN_RATE"
 // overloaded process really is short of CPU.
 type burner struct {
 	perMicro float64 // iterations per microsecond on this CPU, measured at start
+	// cpu is the CPU time the burns took, in ns of their thread's CPU
+	// clock, and counted how many were timed (none where that clock
+	// cannot be read): the overload demonstration compares a step's
+	// burns with the calibration's to see whether the CPU ran slower.
+	cpu, counted atomic.Int64
 }
 
 // burnSink keeps the compiler from removing the loop.
@@ -40,11 +46,11 @@ func spin(n int64) uint64 {
 // newBurner counts work in the rate BurnRateEnv gives, or else in one it
 // measures (MeasureBurnRate): the fastest of several short trials, since
 // a trial can only be slowed by others, never sped up.
-func newBurner() burner {
+func newBurner() *burner {
 	if r, err := strconv.ParseFloat(os.Getenv(BurnRateEnv), 64); err == nil && r > 0 {
-		return burner{perMicro: r}
+		return &burner{perMicro: r}
 	}
-	return burner{perMicro: MeasureBurnRate()}
+	return &burner{perMicro: MeasureBurnRate()}
 }
 
 // MeasureBurnRate returns how many iterations of the work loop this CPU
@@ -67,9 +73,28 @@ func MeasureBurnRate() float64 {
 }
 
 // burn spends about d of CPU time.
-func (b burner) burn(d time.Duration) {
+func (b *burner) burn(d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	burnSink.Store(spin(int64(b.perMicro * float64(d.Microseconds()))))
+	n := int64(b.perMicro * float64(d.Microseconds()))
+	// The thread's CPU clock, not the wall clock: time the goroutine
+	// spent waiting for the CPU is not the CPU's speed. Locked to its
+	// thread, the burn is all on the clock it reads.
+	runtime.LockOSThread()
+	start, ok := threadCPU()
+	burnSink.Store(spin(n))
+	end, ok2 := threadCPU()
+	runtime.UnlockOSThread()
+	if ok && ok2 && end >= start {
+		b.cpu.Add(end - start)
+		b.counted.Add(1)
+	}
+}
+
+// BurnCPU returns the CPU time the requests' work has taken so far and how
+// many requests' work was timed (none where a thread's CPU clock cannot be
+// read).
+func (s *Service) BurnCPU() (time.Duration, int64) {
+	return time.Duration(s.burner.cpu.Load()), s.burner.counted.Load()
 }
