@@ -75,6 +75,12 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 			return next(ctx, cmd)
 		}
+		// A select with the queue open and the context done picks either:
+		// a caller already gone must not have its script run.
+		if err := ctx.Err(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
 		pd := pendingPool.Get().(*pending)
 		pd.ctx, pd.cmd = ctx, sc
 		pd.state.Store(0)
