@@ -615,13 +615,14 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	if len(changes) == 2 {
 		end := o.warmup + rep.measure
 		t1, t2 := changes[0].applied, changes[1].applied
-		during := refusalPrice{cost: rep.refusalCost, cpuShare: 1}
+		after := refusalPrice{cost: rep.refusalCost, cpuShare: 1}
+		during := after
 		if sc.change.takesCPU {
 			during.cpuShare = rep.capacityChanged / rep.capacity
 		}
 		st.recoveries = []recovery{
 			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged, during),
-			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, criticalFits(critRate, rep.capacity), refusalPrice{cost: rep.refusalCost, cpuShare: 1}),
+			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, criticalFits(critRate, rep.capacity), after),
 		}
 		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
 		st.unchanged = summarise(steady(samples, changes, true), rep.measure)

@@ -482,12 +482,15 @@ func TestFairNewcomerServedAheadOfAFlood(t *testing.T) {
 func TestFairOneWaiterIsNoBacklog(t *testing.T) {
 	s := newOneSlot(t)
 	// "ahead" is served alone for a while, one waiter at a time.
-	for range 2 * fairWindow {
-		s.wait("ahead")
-		if got := s.release(); got != "ahead" {
-			t.Fatalf("%s granted, want ahead, the only one waiting", got)
+	getAhead := func() {
+		for range 2 * fairWindow {
+			s.wait("ahead")
+			if got := s.release(); got != "ahead" {
+				t.Fatalf("%s granted, want ahead, the only one waiting", got)
+			}
 		}
 	}
+	getAhead()
 	// It queues again, then a newcomer starts a window behind it: one
 	// waiter is served first come, first served.
 	s.wait("ahead")
@@ -498,12 +501,7 @@ func TestFairOneWaiterIsNoBacklog(t *testing.T) {
 		}
 	}
 	// With two waiters it is a backlog: the newcomer goes first.
-	for range 2 * fairWindow {
-		s.wait("ahead")
-		if got := s.release(); got != "ahead" {
-			t.Fatalf("%s granted, want ahead, the only one waiting", got)
-		}
-	}
+	getAhead()
 	s.wait("ahead")
 	s.wait("ahead")
 	s.wait("other")

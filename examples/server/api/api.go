@@ -435,14 +435,12 @@ func (s *Service) metrics(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(&b, "loadshed_example_served_seconds_sum{priority=%q} %s\n", p, strconv.FormatFloat(time.Duration(h.sum.Load()).Seconds(), 'g', -1, 64))
 		fmt.Fprintf(&b, "loadshed_example_served_seconds_count{priority=%q} %d\n", p, n)
 	}
-	{
-		cpu, n := s.BurnCPU()
-		b.WriteString("# HELP loadshed_example_work_cpu_seconds_total CPU time the requests' work (?work=) took, on their threads' CPU clocks.\n")
-		b.WriteString("# TYPE loadshed_example_work_cpu_seconds_total counter\n")
-		fmt.Fprintf(&b, "loadshed_example_work_cpu_seconds_total %s\n", strconv.FormatFloat(cpu.Seconds(), 'g', -1, 64))
-		b.WriteString("# TYPE loadshed_example_work_timed_total counter\n")
-		fmt.Fprintf(&b, "loadshed_example_work_timed_total %d\n", n)
-	}
+	workCPU, worked := s.WorkCPU()
+	b.WriteString("# HELP loadshed_example_work_cpu_seconds_total CPU time the requests' work (?work=) took, on their threads' CPU clocks.\n")
+	b.WriteString("# TYPE loadshed_example_work_cpu_seconds_total counter\n")
+	fmt.Fprintf(&b, "loadshed_example_work_cpu_seconds_total %s\n", strconv.FormatFloat(workCPU.Seconds(), 'g', -1, 64))
+	b.WriteString("# TYPE loadshed_example_work_timed_total counter\n")
+	fmt.Fprintf(&b, "loadshed_example_work_timed_total %d\n", worked)
 	b.WriteString("# TYPE loadshed_example_in_flight gauge\n")
 	fmt.Fprintf(&b, "loadshed_example_in_flight %d\n", s.stats.InFlight())
 	if len(s.gauges) > 0 {

@@ -92,9 +92,9 @@ func (b *burner) burn(d time.Duration) {
 	}
 }
 
-// BurnCPU returns the CPU time the requests' work has taken so far and how
+// WorkCPU returns the CPU time the requests' work has taken so far and how
 // many requests' work was timed (none where a thread's CPU clock cannot be
 // read).
-func (s *Service) BurnCPU() (time.Duration, int64) {
+func (s *Service) WorkCPU() (time.Duration, int64) {
 	return time.Duration(s.burner.cpu.Load()), s.burner.counted.Load()
 }

@@ -15,7 +15,7 @@ func TestWorkIsTimedOnTheThreadCPUClock(t *testing.T) {
 			t.Fatalf("status %d", status)
 		}
 	}
-	cpu, n := svc.BurnCPU()
+	cpu, n := svc.WorkCPU()
 	if n != 3 || cpu <= 0 {
 		t.Fatalf("work timed: %s over %d requests, want some over 3", cpu, n)
 	}
