@@ -393,12 +393,19 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		// busy while it is measured makes every figure after it wrong.
 		pids := []int{servers[0].cmd.Process.Pid}
 		before := readCPUTimes(pin.serverCPU, pids...)
-		workBefore, workOK := readWorkClock(bases[:1])
+		// Where the capacity is the CPU's, the speed it was measured at.
+		cpuBound := !sc.poolKnown()
+		var workBefore, workAfter workClock
+		var workOK bool
+		if cpuBound {
+			workBefore, workOK = readWorkClock(bases[:1])
+		}
 		rep.capacity = closed()
-		workAfter, workOK2 := readWorkClock(bases[:1])
+		if workOK {
+			workAfter, workOK = readWorkClock(bases[:1])
+		}
 		after := readCPUTimes(pin.serverCPU, pids...)
-		if workOK && workOK2 && !sc.poolKnown() {
-			// The capacity is the CPU's: the speed it was measured at.
+		if workOK {
 			rep.workCPU = perRequest(workBefore, workAfter)
 		}
 		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
@@ -573,10 +580,18 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		pids = append(pids, s.cmd.Process.Pid)
 	}
 	before := readCPUTimes(env.pin.serverCPU, pids...)
-	workBefore, workOK := readWorkClock(bases)
+	// The work's CPU time, only where the calibration's is known to
+	// compare it with.
+	var workBefore, workAfter workClock
+	workOK := false
+	if rep.workCPU > 0 {
+		workBefore, workOK = readWorkClock(bases)
+	}
 	usage := sampleUsage(ctx, bases[0])
 	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
-	workAfter, workOK2 := readWorkClock(bases)
+	if workOK {
+		workAfter, workOK = readWorkClock(bases)
+	}
 	after := readCPUTimes(env.pin.serverCPU, pids...)
 	fleet := usage()
 	if ctx.Err() != nil {
@@ -590,7 +605,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	samples := measured(fl.samples, o.warmup)
 	st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, rep.measure), fleetUsage: fleet,
 		quiet: quietBetween(before, after, env.pin.taskset != "", after.processes-before.processes, neighbourCPU, fl)}
-	if workOK && workOK2 {
+	if workOK {
 		st.quiet.speed = speedChange(rep.workCPU, perRequest(workBefore, workAfter))
 	}
 
