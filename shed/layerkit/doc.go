@@ -48,7 +48,10 @@
 // single request waiting, are served in the order a plain WaitQueue would
 // serve them, first in first out (or newest first under AdaptiveLIFO),
 // and a service with one client is served exactly so: only a client
-// ahead with a backlog waits for the least served. A client that starts waiting starts that many grants behind the
+// ahead with a backlog waits for the least served. While the clients so
+// held back hold most of a priority's waiters (a flood), the others are
+// served first in first out even under AdaptiveLIFO: the flood is the
+// standing queue that newest first is for. A client that starts waiting starts that many grants behind the
 // client served last, as FQ-CoDel serves new flows first: a client that
 // asks now and then is served ahead of those that keep the queue full,
 // while idling earns no more credit than those few grants.

@@ -414,8 +414,16 @@ type oneSlotGrant struct {
 // newOneSlot returns the queue with its slot taken.
 func newOneSlot(t *testing.T) *oneSlot {
 	t.Helper()
+	return newOneSlotWith(t, shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour})
+}
+
+// newOneSlotWith returns a queue of cfg, on a manual clock, with its slot
+// taken.
+func newOneSlotWith(t *testing.T, cfg shed.QueueConfig) *oneSlot {
+	t.Helper()
 	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
+	cfg.Clock = clock
+	q, err := NewFairQueue(cfg, Fairness{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,6 +516,45 @@ func TestFairOneWaiterIsNoBacklog(t *testing.T) {
 	for _, want := range []string{"other", "ahead", "ahead"} {
 		if got := s.release(); got != want {
 			t.Fatalf("two waiters ahead: %s granted, want %s", got, want)
+		}
+	}
+}
+
+// While a flood holds most of the queue, the other clients are served in
+// the order they came, adaptive LIFO or not: newest first is for the
+// flood's standing queue. Without a flood, LIFO serves the newest first.
+func TestFairFloodLeavesOthersInArrivalOrder(t *testing.T) {
+	const maxWait = time.Second
+	lifo := shed.QueueConfig{MaxLength: 64, MaxWait: maxWait, AdaptiveLIFO: true}
+	s := newOneSlotWith(t, lifo)
+	for range 4 {
+		s.wait("heavy")
+	}
+	for range 2 * fairWindow {
+		if got := s.release(); got != "heavy" {
+			t.Fatalf("%s granted, want heavy, the only one waiting", got)
+		}
+		s.wait("heavy")
+	}
+	// The queue has stood for more than MaxWait/2: LIFO is in force.
+	s.clock.Advance(maxWait/2 - 2*fairWindow*10*time.Millisecond + time.Millisecond)
+	s.wait("a")
+	s.wait("b")
+	s.wait("c")
+	for _, want := range []string{"a", "b", "c", "heavy"} {
+		if got := s.release(); got != want {
+			t.Fatalf("beside a flood: %s granted, want %s (arrival order)", got, want)
+		}
+	}
+
+	s = newOneSlotWith(t, lifo)
+	s.wait("a")
+	s.clock.Advance(maxWait/2 + time.Millisecond)
+	s.wait("b")
+	s.wait("c")
+	for _, want := range []string{"c", "b", "a"} {
+		if got := s.release(); got != want {
+			t.Fatalf("no flood: %s granted, want %s (newest first)", got, want)
 		}
 	}
 }

@@ -363,7 +363,8 @@ func (q *WaitQueue) first(lifo bool) *waiter {
 		if lv.n == 0 {
 			continue
 		}
-		f := &lv.flows[lv.next(lifo)]
+		i, lifo := lv.next(lifo)
+		f := &lv.flows[i]
 		if lifo {
 			return f.list.tail
 		}
