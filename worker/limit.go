@@ -390,8 +390,16 @@ const (
 	minProbeSpan = 1.15
 	kneeFade     = 0.98
 	// capShrink is the limit's step down per window while the CPU is
-	// saturated.
-	capShrink = 0.85
+	// saturated. The CPU reads saturated only a tick or two into a flood
+	// (the sampler's smoothing), by when slow start may have raised the
+	// limit: on the demonstration's tenant-cpu server (10ms handlers, one
+	// CPU) it read 6 a tenth of a second into a flood at 50x, and with a
+	// step of 0.85 it took until 1.3s to come down to 1, every request
+	// admitted meanwhile sharing the CPU with up to five others (the
+	// light clients' waited 35-90ms); with 0.7 it was at 1 by 0.45s. A
+	// service that needs more in flight than its CPUs regrows from below
+	// once the CPU reads saturated no more.
+	capShrink = 0.7
 	// slowerBy: latency this many times the last window's or more, with
 	// in flight held, is a slower service.
 	slowerBy = 1.35
