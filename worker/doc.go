@@ -62,7 +62,7 @@
 // a tenth. It grows only while requests queue over it (a limit the traffic
 // did not reach says nothing). While the CPU reads saturated (7/8 of its
 // budget busy) or the scheduler latency is at its target, it shrinks
-// instead (0.85 a window, down to Min: one per CPU). While either reads
+// instead (0.7 a window, down to Min: one per CPU). While either reads
 // half of that, every admitted request yields once before it starts, as
 // with Config.Yield, so that the requests read meanwhile are decided
 // first; a request handed capacity by a release yields too, since the Go
@@ -143,7 +143,9 @@
 // priorities wait newest first once their queue has stood for half a
 // second (adaptive LIFO: under sustained overload the oldest waiters are
 // those likeliest to time out, and serving the newest keeps the latency of
-// what is served low). That queue's bounds come from what the limit
+// what is served low; while one client's flood holds most of the queue,
+// the other clients' requests are served in the order they came, as
+// layerkit's fair queue says). That queue's bounds come from what the limit
 // learnt, not from settings: a limit's worth of waiters (at least 16, so
 // that the bursts of a moderate load queue rather than shed), each for at
 // most five mean latencies (at least 20ms, at most half a second, so that
