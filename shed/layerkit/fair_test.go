@@ -459,6 +459,17 @@ func (s *oneSlot) release() string {
 	return s.cur.key
 }
 
+// grants releases the slot once per key of want and fails the test, saying
+// what case it was, unless each release granted that key.
+func (s *oneSlot) grants(what string, want ...string) {
+	s.t.Helper()
+	for _, w := range want {
+		if got := s.release(); got != w {
+			s.t.Fatalf("%s: %s granted, want %s (in the order %v)", what, got, w, want)
+		}
+	}
+}
+
 // A client that asks now and then is served at the next free slot, ahead
 // of a client that keeps the queue full, whichever queued first; and that
 // holds again when it comes back (its credit is bounded, not spent).
@@ -503,21 +514,13 @@ func TestFairOneWaiterIsNoBacklog(t *testing.T) {
 	// waiter is served first come, first served.
 	s.wait("ahead")
 	s.wait("new")
-	for _, want := range []string{"ahead", "new"} {
-		if got := s.release(); got != want {
-			t.Fatalf("one waiter ahead: %s granted, want %s (arrival order)", got, want)
-		}
-	}
+	s.grants("one waiter ahead, in arrival order", "ahead", "new")
 	// With two waiters it is a backlog: the newcomer goes first.
 	getAhead()
 	s.wait("ahead")
 	s.wait("ahead")
 	s.wait("other")
-	for _, want := range []string{"other", "ahead", "ahead"} {
-		if got := s.release(); got != want {
-			t.Fatalf("two waiters ahead: %s granted, want %s", got, want)
-		}
-	}
+	s.grants("two waiters ahead", "other", "ahead", "ahead")
 }
 
 // While a flood holds most of the queue, the other clients are served in
@@ -536,27 +539,19 @@ func TestFairFloodLeavesOthersInArrivalOrder(t *testing.T) {
 		}
 		s.wait("heavy")
 	}
-	// The queue has stood for more than MaxWait/2: LIFO is in force.
-	s.clock.Advance(maxWait/2 - 2*fairWindow*10*time.Millisecond + time.Millisecond)
+	// The queue has stood for more than MaxWait/2 now: LIFO is in force.
+	s.clock.Advance(maxWait / 2)
 	s.wait("a")
 	s.wait("b")
 	s.wait("c")
-	for _, want := range []string{"a", "b", "c", "heavy"} {
-		if got := s.release(); got != want {
-			t.Fatalf("beside a flood: %s granted, want %s (arrival order)", got, want)
-		}
-	}
+	s.grants("beside a flood, in arrival order", "a", "b", "c", "heavy")
 
 	s = newOneSlotWith(t, lifo)
 	s.wait("a")
 	s.clock.Advance(maxWait/2 + time.Millisecond)
 	s.wait("b")
 	s.wait("c")
-	for _, want := range []string{"c", "b", "a"} {
-		if got := s.release(); got != want {
-			t.Fatalf("no flood: %s granted, want %s (newest first)", got, want)
-		}
-	}
+	s.grants("no flood, newest first", "c", "b", "a")
 }
 
 // While another client keeps the queue full, a client's only waiter that

@@ -363,9 +363,9 @@ func (q *WaitQueue) first(lifo bool) *waiter {
 		if lv.n == 0 {
 			continue
 		}
-		i, lifo := lv.next(lifo)
+		i, newest := lv.next(lifo)
 		f := &lv.flows[i]
-		if lifo {
+		if newest {
 			return f.list.tail
 		}
 		return f.list.head
