@@ -45,6 +45,26 @@ func readWorkClock(bases []string) (w workClock, ok bool) {
 	return w, true
 }
 
+// timeWork runs run and, with measure, reads the work clocks of the servers
+// at bases around it: the mean CPU time of the work timed meanwhile, in
+// seconds (0 when none was), and false when a reading failed.
+func timeWork(bases []string, measure bool, run func()) (float64, bool) {
+	if !measure {
+		run()
+		return 0, false
+	}
+	before, ok := readWorkClock(bases)
+	run()
+	if !ok {
+		return 0, false
+	}
+	after, ok := readWorkClock(bases)
+	if !ok {
+		return 0, false
+	}
+	return perRequest(before, after), true
+}
+
 // perRequest is the mean CPU time of the work timed between a and b, in
 // seconds; 0 when none was.
 func perRequest(a, b workClock) float64 {

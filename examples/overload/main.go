@@ -394,20 +394,8 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		pids := []int{servers[0].cmd.Process.Pid}
 		before := readCPUTimes(pin.serverCPU, pids...)
 		// Where the capacity is the CPU's, the speed it was measured at.
-		cpuBound := !sc.poolKnown()
-		var workBefore, workAfter workClock
-		var workOK bool
-		if cpuBound {
-			workBefore, workOK = readWorkClock(bases[:1])
-		}
-		rep.capacity = closed()
-		if workOK {
-			workAfter, workOK = readWorkClock(bases[:1])
-		}
+		rep.workCPU, _ = timeWork(bases[:1], !sc.poolKnown(), func() { rep.capacity = closed() })
 		after := readCPUTimes(pin.serverCPU, pids...)
-		if workOK {
-			rep.workCPU = perRequest(workBefore, workAfter)
-		}
 		rep.calibration = quietBetween(before, after, pin.taskset != "", after.processes-before.processes, 0, flood{})
 		// On a pinned CPU-bound server the closed loop must keep the CPU
 		// busy, or the capacity reads low (a pool's capacity is known,
@@ -580,18 +568,13 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 		pids = append(pids, s.cmd.Process.Pid)
 	}
 	before := readCPUTimes(env.pin.serverCPU, pids...)
+	usage := sampleUsage(ctx, bases[0])
 	// The work's CPU time, only where the calibration's is known to
 	// compare it with.
-	var workBefore, workAfter workClock
-	workOK := false
-	if rep.workCPU > 0 {
-		workBefore, workOK = readWorkClock(bases)
-	}
-	usage := sampleUsage(ctx, bases[0])
-	fl := c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
-	if workOK {
-		workAfter, workOK = readWorkClock(bases)
-	}
+	var fl flood
+	work, workOK := timeWork(bases, rep.workCPU > 0, func() {
+		fl = c.openLoop(ctx, offered, o.warmup, rep.measure, maxConns, uint64(mult*1000), changes, pick)
+	})
 	after := readCPUTimes(env.pin.serverCPU, pids...)
 	fleet := usage()
 	if ctx.Err() != nil {
@@ -606,7 +589,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	st := step{setup: setup, mult: mult, offered: offered, stats: summarise(samples, rep.measure), fleetUsage: fleet,
 		quiet: quietBetween(before, after, env.pin.taskset != "", after.processes-before.processes, neighbourCPU, fl)}
 	if workOK {
-		st.quiet.speed = speedChange(rep.workCPU, perRequest(workBefore, workAfter))
+		st.quiet.speed = speedChange(rep.workCPU, work)
 	}
 
 	// The floor, on the same arrivals (the warm-up's too: it fills the
