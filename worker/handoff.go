@@ -27,8 +27,8 @@ import (
 // happens as soon as the P runs out of the goroutines runnable before it
 // (so no CPU idles while a request waits), and that same poll returns the
 // requests that arrived meanwhile: they are read, decided and queued
-// first (the goroutine yields once so that they run before it), and the
-// capacity goes to the most important of them. Until then no waiter takes
+// first, and the capacity goes to the most important of them (or the
+// client furthest behind its share, layerkit's fair queue). Until then no waiter takes
 // capacity: a waiter timing out dispatches its queue from its timer's
 // goroutine, which runs before the P runs dry, and handed the capacity
 // out before the poll (a runtime trace of the one-CPU server at 2x: the
@@ -40,6 +40,22 @@ import (
 // 5x to 1.12-1.37x (2.06-2.24x before the gate), and the p99 of all
 // admitted at 5x from 3.7x to 1.24-1.26x. With the CPU idle the poll is
 // not late, and releases grant at once.
+//
+// The hand-off takes two polls (handoffs.start). The poll that returns
+// the release puts the requests it read on the P's own run queue, and a
+// goroutine that yields goes to the global run queue, which a busy P
+// looks at only every 61st schedule: a refused request takes about three
+// (its connection's goroutine, net/http's background read, the
+// connection again), so on a flood the hand-off ran after about twenty
+// of them whatever the poll had returned. A runtime trace of the
+// demonstration's tenant-cpu server at 50x (one CPU, 10ms handlers, about
+// 60 requests read by each poll): 8 of 21 light clients' requests were
+// read after a flood's request was granted the capacity that freed while
+// they waited to be read, and each then waited for it too. So the
+// goroutine the release wakes writes to a second pipe, and the one that
+// reads that grants: the second poll comes once the P has run everything
+// the first readied (1 of 23 in the same trace; the one, a poll by the
+// runtime's monitor, whose goroutines join the global queue).
 //
 // Two guards keep a hand-off from leaving capacity idle: the queues wait
 // for one for at most handoffGrace, and releases grant at once while the
@@ -117,15 +133,30 @@ func (h *handoffs) start() {
 	if wait == nil {
 		return
 	}
+	waitDrained, drained := handoffPipe()
+	if waitDrained == nil {
+		return
+	}
 	h.wake = wake
 	go func() {
 		for wait() == nil {
-			// Let the goroutines readied by the same poll (requests just
-			// read) reach their queue first.
+			// The poll that returned the release returned the requests
+			// read meanwhile too: hand over at the next poll, which comes
+			// once the P has run them all (see above).
+			if drained() != nil {
+				h.run()
+			}
+		}
+		h.run()
+	}()
+	go func() {
+		for waitDrained() == nil {
+			// Let the goroutines readied by the same poll (requests
+			// that arrived while the first ones ran) reach their queue
+			// first.
 			runtime.Gosched()
 			h.run()
 		}
-		h.run()
 	}()
 }
 

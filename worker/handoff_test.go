@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"math"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,63 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 	critical.Release(shed.Completed)
 	if err := <-sheddable; err != nil {
 		t.Fatalf("the sheddable request, once the critical one was done: %v", err)
+	}
+}
+
+// The poll that runs a hand-off returns the requests read meanwhile too,
+// and on a flood they are many: the capacity goes out only once every one
+// of them has run, not at the 61st schedule, when the P first looks at
+// the global run queue (where a goroutine that yields waits). Here 128
+// readers parked in the poller, as connections are, are readied by the
+// poll that returns the release.
+func TestHandOffWaitsForEveryRequestReadByItsPoll(t *testing.T) {
+	handoff.once.Do(handoff.start)
+	if handoff.wake == nil {
+		t.Skip("no pollable pipe here: releases grant at once")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	l, _, ctx, held := oneSlotHeld(t)
+	l.handoffOn.Store(true)
+	l.handoffGrace = time.Hour // however slow this machine is
+	granted := make(chan int64, 1)
+	var ran atomic.Int64
+	go func() {
+		ls, err := l.Acquire(ctx, shed.Request{Priority: shed.Sheddable})
+		if err != nil {
+			t.Errorf("the waiting request: %v", err)
+			granted <- -1
+			return
+		}
+		granted <- ran.Load() // before this goroutine yields to anyone else
+		ls.Release(shed.Completed)
+	}()
+	waitUntil(t, "the request to queue", func() bool { return l.Queued() == 1 })
+
+	const readers = 128
+	var writers []*os.File
+	for range readers {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(); w.Close() })
+		writers = append(writers, w)
+		go func() {
+			var b [1]byte
+			if _, err := r.Read(b[:]); err == nil {
+				ran.Add(1)
+			}
+		}()
+	}
+	runtime.Gosched() // the readers park in the poller
+	for _, w := range writers {
+		if _, err := w.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.Release(shed.Completed)
+	if n := <-granted; n != readers {
+		t.Fatalf("the capacity was handed out when %d of the %d goroutines readied with the release had run, want all", n, readers)
 	}
 }
 
