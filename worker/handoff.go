@@ -22,24 +22,26 @@ import (
 // (bench/cmd/pollprobe).
 //
 // A release that finds requests queued writes a byte to a pipe the poller
-// watches instead, and the goroutine that reads it grants the capacity.
+// watches instead, and the goroutine that reads it (in two steps, below)
+// grants the capacity.
 // That goroutine becomes runnable only when the poller is asked, which
 // happens as soon as the P runs out of the goroutines runnable before it
 // (so no CPU idles while a request waits), and that same poll returns the
 // requests that arrived meanwhile: they are read, decided and queued
-// first, and the capacity goes to the most important of them (or the
-// client furthest behind its share, layerkit's fair queue). Until then no waiter takes
-// capacity: a waiter timing out dispatches its queue from its timer's
-// goroutine, which runs before the P runs dry, and handed the capacity
-// out before the poll (a runtime trace of the one-CPU server at 2x: the
-// poller was asked every 2.2ms at the median, as the handlers end, but
-// only every 5.8ms at p90 and 8.3ms at p99, three or four handlers
-// running back to back; with the gate, every 2.1-2.3ms). On the
-// demonstration's one-CPU server (docs/overload.md), with LimitConfig.Min
-// at one per CPU, critical p99 went from 3.2-4.0x the floor's at 2x and
-// 5x to 1.12-1.37x (2.06-2.24x before the gate), and the p99 of all
-// admitted at 5x from 3.7x to 1.24-1.26x. With the CPU idle the poll is
-// not late, and releases grant at once.
+// first, and the capacity goes to the most important of them (or, among
+// equals, to the client furthest behind its share: layerkit's fair
+// queue). Until then no waiter takes capacity: a waiter timing out
+// dispatches its queue from its timer's goroutine, which runs before the
+// P runs dry, and handed the capacity out before the poll (a runtime
+// trace of the one-CPU server at 2x: the poller was asked every 2.2ms at
+// the median, as the handlers end, but only every 5.8ms at p90 and 8.3ms
+// at p99, three or four handlers running back to back; with the gate,
+// every 2.1-2.3ms). On the demonstration's one-CPU server
+// (docs/overload.md), with LimitConfig.Min at one per CPU, critical p99
+// went from 3.2-4.0x the floor's at 2x and 5x to 1.12-1.37x (2.06-2.24x
+// before the gate), and the p99 of all admitted at 5x from 3.7x to
+// 1.24-1.26x. With the CPU idle the poll is not late, and releases grant
+// at once.
 //
 // The hand-off takes two polls (handoffs.start). The poll that returns
 // the release puts the requests it read on the P's own run queue, and a
@@ -54,8 +56,9 @@ import (
 // they waited to be read, and each then waited for it too. So the
 // goroutine the release wakes writes to a second pipe, and the one that
 // reads that grants: the second poll comes once the P has run everything
-// the first readied (1 of 23 in the same trace; the one, a poll by the
-// runtime's monitor, whose goroutines join the global queue).
+// the first readied (1 of 23 in a trace of the same step; that one was
+// read by a poll of the runtime's monitor, whose goroutines join the
+// global queue).
 //
 // Two guards keep a hand-off from leaving capacity idle: the queues wait
 // for one for at most handoffGrace, and releases grant at once while the
@@ -79,7 +82,7 @@ import (
 // of the latter; within the runs' spread, so kept for the idle capacity
 // it removes, measured directly.
 //
-// One pipe and one goroutine serve every Layer of the process. Where
+// Two pipes and their two goroutines serve every Layer of the process. Where
 // pipes are not pollable (handoffPipe returns nil), releases grant at once.
 
 // handoffGrace is how long the queues leave released capacity to a
