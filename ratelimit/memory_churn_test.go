@@ -37,7 +37,11 @@ func TestMemoryChurnAtCap(t *testing.T) {
 		if atCap <= 0 {
 			t.Fatalf("%v: the heap shrank while the store filled, three times: other tests' garbage keeps being freed", alg)
 		}
-		plain := bytesPerKey(t, alg, live)
+		// Garbage another test frees while a store fills only lowers
+		// what the store seems to take: the larger of two measurements
+		// is the one to compare (one under the race detector read 6
+		// B/key for a leaky bucket's 50, and failed the ratio).
+		plain := max(bytesPerKey(t, alg, live), bytesPerKey(t, alg, live))
 		t.Logf("%v: at the cap %.0f B/key (%d live keys), without churn %.0f B/key: %.2f×", alg, atCap, live, plain, atCap/plain)
 		if atCap > 1.25*plain {
 			t.Errorf("%v: %.0f B/key at the cap after churn, %.2f× the %.0f B/key of as many keys without churn; want ≤ 1.25×",
