@@ -19,15 +19,7 @@ import (
 // the releaser (as before), the capacity went to the sheddable request
 // already waiting and the critical one waited behind it.
 func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
-	handoff.once.Do(handoff.start)
-	if handoff.wake == nil {
-		t.Skip("no pollable pipe here: releases grant at once")
-	}
-	// One P: the hand-off's goroutine cannot run until this one blocks,
-	// as on a one-CPU server busy with admitted work.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	l, _, ctx, held := oneSlotHeld(t)
-	l.handoffOn.Store(true) // as the sampler sets it on a busy CPU
+	l, ctx, held := handOffOnOneP(t)
 	sheddable := queued(t, l, ctx, "the sheddable request", shed.Request{Priority: shed.Sheddable}, 1)
 
 	held.Release(shed.Completed)
@@ -51,13 +43,7 @@ func TestReleaseHandsOffAfterTheRequestsReadMeanwhile(t *testing.T) {
 // readers parked in the poller, as connections are, are readied by the
 // poll that returns the release.
 func TestHandOffWaitsForEveryRequestReadByItsPoll(t *testing.T) {
-	handoff.once.Do(handoff.start)
-	if handoff.wake == nil {
-		t.Skip("no pollable pipe here: releases grant at once")
-	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	l, _, ctx, held := oneSlotHeld(t)
-	l.handoffOn.Store(true)
+	l, ctx, held := handOffOnOneP(t)
 	l.handoffGrace = time.Hour // however slow this machine is
 	granted := make(chan int64, 1)
 	var ran atomic.Int64
@@ -170,6 +156,24 @@ func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
 		t.Fatalf("the waiting request, once the hand-off was overdue: %v", err)
 	}
 	l.handoffPending.Store(false)
+}
+
+// handOffOnOneP starts the process's hand-off (the test is skipped where
+// pipes are not pollable) and returns oneSlotHeld's layer with hand-offs
+// on, as the sampler sets them on a busy CPU, on one P until the test
+// ends: the hand-off's goroutine cannot run until the test's blocks, as
+// on a one-CPU server busy with admitted work.
+func handOffOnOneP(t *testing.T) (*Layer, context.Context, shed.Lease) {
+	t.Helper()
+	handoff.once.Do(handoff.start)
+	if handoff.wake == nil {
+		t.Skip("no pollable pipe here: releases grant at once")
+	}
+	prev := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	l, _, ctx, held := oneSlotHeld(t)
+	l.handoffOn.Store(true)
+	return l, ctx, held
 }
 
 // oneSlotHeld returns a layer whose learnt limit is one request in flight,
