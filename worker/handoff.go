@@ -102,7 +102,10 @@ const handoffBacklog = 8
 var handoff handoffs
 
 type handoffs struct {
-	once    sync.Once
+	once sync.Once
+	// pipe opens a pipe the poller watches (nil: handoffPipe; tests
+	// replace it).
+	pipe    func() (wait, wake func() error, release func())
 	wake    func() error // writes a byte to the pipe; nil: no pipe
 	mu      sync.Mutex
 	pending []*Layer
@@ -132,12 +135,18 @@ func (h *handoffs) post(l *Layer) bool {
 }
 
 func (h *handoffs) start() {
-	wait, wake := handoffPipe()
+	if h.pipe == nil {
+		h.pipe = handoffPipe
+	}
+	wait, wake, release := h.pipe()
 	if wait == nil {
 		return
 	}
-	waitDrained, drained := handoffPipe()
+	waitDrained, drained, _ := h.pipe()
 	if waitDrained == nil {
+		// Without the second pipe releases grant at once, as without the
+		// first: its descriptors are not kept for nothing.
+		release()
 		return
 	}
 	h.wake = wake

@@ -238,3 +238,25 @@ func TestHandOffOnlyWhileTheCPUReadsSaturated(t *testing.T) {
 		}
 	}
 }
+
+// Without its second pipe the hand-off is off, as without the first, and
+// the first pipe is closed rather than kept for nothing.
+func TestHandOffClosesItsFirstPipeWhenTheSecondFails(t *testing.T) {
+	opened, released := 0, 0
+	h := &handoffs{pipe: func() (wait, wake func() error, release func()) {
+		opened++
+		if opened > 1 {
+			return nil, nil, nil
+		}
+		return func() error { return nil }, func() error { return nil }, func() { released++ }
+	}}
+	if h.post(&Layer{}) {
+		t.Error("post reported a hand-off without the second pipe")
+	}
+	if opened != 2 || released != 1 {
+		t.Errorf("opened %d pipes and closed %d, want 2 and 1", opened, released)
+	}
+	if h.wake != nil {
+		t.Error("the hand-off kept the first pipe's wake")
+	}
+}
