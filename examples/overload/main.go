@@ -402,9 +402,10 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		// below).
 		rep.calibration.saturating = pin.taskset != "" && sc.pool == 0
 		if sc.mixed() {
-			// The floor's servers: the service's knee (kneeOf).
+			// The floor's servers: the fewest clients that serve the
+			// capacity (fewestServing).
 			for n := 4; n <= 20; n += 2 {
-				rep.kneePoints = append(rep.kneePoints, kneePoint{clients: n, throughput: served(n, d*2/3)})
+				rep.loopPoints = append(rep.loopPoints, loopPoint{clients: n, throughput: served(n, d*2/3)})
 			}
 		}
 		rep.capacityChanged = rep.capacity
@@ -451,11 +452,11 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	}
 	if sc.mixed() {
 		var sweep []string
-		for _, p := range rep.kneePoints {
+		for _, p := range rep.loopPoints {
 			sweep = append(sweep, fmt.Sprintf("%d: %.0f/s", p.clients, p.throughput))
 		}
-		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, the knee of closed loops of %s)",
-			sc.floorServers(kneeOf(rep.kneePoints)), strings.Join(sweep, ", "))
+		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, the fewest clients that serve it in closed loops of %s)",
+			sc.floorServers(fewestServing(rep.loopPoints, rep.capacity)), strings.Join(sweep, ", "))
 	}
 	if rep.calibration.saturating && rep.calibration.known {
 		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
@@ -595,7 +596,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).
 	arr := arrivalsOf(fl.samples)
-	floorServers := sc.floorServers(kneeOf(rep.kneePoints))
+	floorServers := sc.floorServers(fewestServing(rep.loopPoints, rep.capacity))
 	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
 		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
 	st.capacity = rep.capacity

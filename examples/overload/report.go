@@ -82,9 +82,10 @@ type report struct {
 	// without one).
 	capacityChanged          float64
 	unloadedP50, unloadedP99 time.Duration
-	// kneePoints are the closed loops that find the knee of a service
-	// that needs both a pool and the CPU (kneeOf); none for the others.
-	kneePoints []kneePoint
+	// loopPoints are the closed loops that find how many requests a
+	// service that needs both a pool and the CPU must have in flight to
+	// serve its capacity (fewestServing); none for the others.
+	loopPoints []loopPoint
 	// calibration is how quiet the machine was while the capacity was
 	// measured.
 	calibration quiet

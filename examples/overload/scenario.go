@@ -132,11 +132,11 @@ func (sc scenario) serverArgs() []string {
 // floorServers is how many requests the service can work on at once in
 // the floor's model: one on one CPU, one per downstream connection. A
 // service that needs both is neither one server nor a pool's worth: its
-// knee, measured (kneeOf), is.
-func (sc scenario) floorServers(knee int) int {
+// fewest clients that serve its capacity, measured (fewestServing), are.
+func (sc scenario) floorServers(fewest int) int {
 	switch {
 	case sc.mixed():
-		return max(1, knee)
+		return max(1, fewest)
 	case sc.pool > 0:
 		return sc.pool
 	}
@@ -144,54 +144,60 @@ func (sc scenario) floorServers(knee int) int {
 }
 
 // mixed reports whether the service needs both a downstream pool and the
-// CPU: its capacity is measured, not the pool's, and its knee too.
+// CPU: its capacity is measured, not the pool's, and the fewest in flight
+// that serve it too.
 func (sc scenario) mixed() bool { return sc.pool > 0 && sc.work > 0 }
 
-// kneePoint is what a closed loop of clients clients served per second.
-type kneePoint struct {
+// loopPoint is what a closed loop of clients clients served per second.
+type loopPoint struct {
 	clients    int
 	throughput float64
 }
 
-// kneeOf is the service's knee: the fewest clients of the closed loops in
-// points whose throughput per latency, throughput² / clients (Kleinrock's
-// power; a closed loop's latency is clients / throughput), came within
-// kneeSpread of the best. Below the knee, more requests at once still
-// raise the throughput more than the latency; past it, they queue inside.
-// The curve is flat near its top and a loop of a second is noisy (the
-// best of one calibration was at 18 clients, whose 270/s was above the
-// capacity; the fewest within 5% were 12, as in the other runs), hence
-// the fewest near the best rather than the best. The floor's servers are
-// that many, each answering in knee / capacity. Neither simpler figure
-// fits a service that needs both a pool and the CPU:
+// fewestServing is the fewest clients of the closed loops in points that
+// served the capacity, within capacitySpread (the goodput target's
+// margin): the least a scheduler of this service must keep in flight to
+// serve what the floor serves. The floor's servers are that many, each
+// answering in servers / capacity. A service that needs both a pool and
+// the CPU takes longer per request the more it has in flight, and its
+// throughput keeps rising with it well past where latency starts to (on
+// a 2-CPU VM: 190/s at 10 clients, 230-259/s at 16, the capacity about
+// 245/s), so no fewer will do:
 //
+//   - the knee of throughput per latency (throughput² / clients,
+//     Kleinrock's power) is flat from 10 to 18 clients there, and a loop
+//     of a second is noisy: the fewest within 5% of the best read 10, 12,
+//     16 and 18 in five calibrations, and the floor's latency with them
+//     (on the same arrivals, its critical p99 from 76ms to 138ms). The
+//     floor it gave served the capacity with 10 in flight at 41ms a
+//     request, where the service serves 190/s at 52ms: faster than the
+//     service on both counts, and a target no scheduler of it could meet;
 //   - Little's law with the unloaded latency (8 for the mixed service)
-//     answers faster than the service can at capacity: there each request
-//     takes longer the busier the service is (a trace of the learnt
-//     limit: 166/s at 7 in flight and 42 ms, 250/s at 12 and 48 ms);
-//   - the fewest clients that come within 3% of the capacity (16) take
-//     the flat top of the curve for the knee, and the floor then answers
-//     slower than the service does at half load (0.7x its latency).
-func kneeOf(points []kneePoint) int {
-	power := func(p kneePoint) float64 { return p.throughput * p.throughput / float64(p.clients) }
-	best := 0.0
+//     answers faster still.
+//
+// With none within the margin, the loop that served the most.
+func fewestServing(points []loopPoint, capacity float64) int {
+	n, best := 0, loopPoint{}
 	for _, p := range points {
-		if p.clients > 0 {
-			best = max(best, power(p))
+		if p.clients <= 0 {
+			continue
+		}
+		if p.throughput >= (1-capacitySpread)*capacity && (n == 0 || p.clients < n) {
+			n = p.clients
+		}
+		if p.throughput > best.throughput {
+			best = p
 		}
 	}
-	knee := 0
-	for _, p := range points {
-		if p.clients > 0 && power(p) >= (1-kneeSpread)*best && (knee == 0 || p.clients < knee) {
-			knee = p.clients
-		}
+	if n == 0 {
+		return best.clients
 	}
-	return knee
+	return n
 }
 
-// kneeSpread is how near the best throughput per latency a closed loop
-// must come to count as the knee.
-const kneeSpread = 0.05
+// capacitySpread is how near the capacity a closed loop must come to
+// serve it: the goodput target's margin.
+const capacitySpread = 0.05
 
 // poolKnown reports whether the capacity is the pool's, known without
 // measuring: its connections over a call's latency, the CPU playing no
