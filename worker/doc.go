@@ -115,7 +115,8 @@
 //     and the next probe comes soon, a little deeper. If latency held, the
 //     probe went below the knee: its latency is the baseline, the knee is
 //     above the probe's in flight (the limit stays above that while it
-//     fades), and the limit regrows fast.
+//     fades), and, if that baseline is 1.3 times the last or more (a
+//     service that got slower), the limit regrows fast.
 //
 // The simulation in limit_sim_test.go (a processor-shared CPU and a pool
 // of 8 connections, Poisson arrivals, three streams each) checks that the

@@ -261,3 +261,42 @@ func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
 		t.Fatalf("limit down to 1 after %v of a saturated CPU, want within 500ms", d)
 	}
 }
+
+// A probe below the knee whose latency is a little over the baseline, on a
+// service whose latency grows with in flight below its knee too, learns
+// the new baseline and keeps the limit; one that reads far over it (a
+// service that got slower) regrows the limit by slow start. The figures
+// are a probe on the demonstration's mixed service, where regrowing from
+// a 15% rise took the limit from 16 to 36 in two windows.
+func TestLearntLimitRegrowsFastOnlyFromAStaleBaseline(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	for _, c := range []struct {
+		name          string
+		base, latency float64
+		slowStart     bool
+	}{
+		{"15% over the baseline", 40.3 * ms, 46.3 * ms, false},
+		{"three times the baseline", 30 * ms, 90 * ms, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 16, Min: 1}}.withDefaults()
+			l := newLimiter(cfg.Limit, t0)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.slowStart, l.base, l.saved = false, c.base, 16
+			// Latency 7% lower for a quarter less in flight: no queue inside.
+			l.ref = windowStat{inflight: 12.6, latency: c.latency * 1.07}
+			l.phase = probeMeasure
+			l.measureProbe(9.4, c.latency)
+			if l.slowStart != c.slowStart {
+				t.Errorf("slow start %v after the probe, want %v", l.slowStart, c.slowStart)
+			}
+			if l.base != c.latency {
+				t.Errorf("baseline %.1fms after the probe, want the probe's %.1fms", l.base/ms, c.latency/ms)
+			}
+			if got := l.Limit(); got != 16 {
+				t.Errorf("limit %d after the probe, want the 16 it had", got)
+			}
+		})
+	}
+}
