@@ -392,9 +392,10 @@ const (
 	// on a pool, then share a CPU): on the demonstration's mixed service a
 	// probe from 13 in flight to 9 read 15% over a baseline learnt at 7,
 	// and slow start from there took the limit from 16 to 36 in two
-	// windows (latency 121ms, critical p99 twice the floor's) before the
-	// gradient brought it back. At tolerance (1.1) that happened every
-	// few probes; at 1.3 the limit held at 14-20 there.
+	// windows (latency 121ms) before the gradient brought it back. At
+	// tolerance (1.1) the server's log read the limit at 25-36 a second
+	// apart, the critical p99 1.5-2.3 times the floor's; at 1.3 the limit
+	// held at 14-21, the critical p99 1.1-1.5 times.
 	staleBase = 1.3
 	// minProbeSpan is the least ratio of in flight between the probe and
 	// the window before it that gives a slope: nearer, the noise of the
