@@ -395,7 +395,7 @@ const (
 	// windows (latency 121ms) before the gradient brought it back. At
 	// tolerance (1.1) the server's log read the limit at 25-36 a second
 	// apart, the critical p99 1.5-2.3 times the floor's; at 1.3 the limit
-	// held at 14-21, the critical p99 1.1-1.5 times.
+	// held at 14-21, the critical p99 1.1-1.55 times.
 	staleBase = 1.3
 	// minProbeSpan is the least ratio of in flight between the probe and
 	// the window before it that gives a slope: nearer, the noise of the
