@@ -450,13 +450,14 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 		}
 		rep.calibration = quiet{} // the capacity does not depend on it
 	}
+	rep.floorServers = sc.floorServers(fewestServing(rep.loopPoints, rep.capacity))
 	if sc.mixed() {
 		var sweep []string
 		for _, p := range rep.loopPoints {
 			sweep = append(sweep, fmt.Sprintf("%d: %.0f/s", p.clients, p.throughput))
 		}
 		measuredNote = fmt.Sprintf(" (measured in a closed loop; the floor serves %d at once, the fewest clients that serve it in closed loops of %s)",
-			sc.floorServers(fewestServing(rep.loopPoints, rep.capacity)), strings.Join(sweep, ", "))
+			rep.floorServers, strings.Join(sweep, ", "))
 	}
 	if rep.calibration.saturating && rep.calibration.known {
 		measuredNote = fmt.Sprintf(" (the server busy %.1f%% of the time meanwhile)", 100*rep.calibration.serverCPU)
@@ -596,9 +597,8 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	// The floor, on the same arrivals (the warm-up's too: it fills the
 	// queues as it did in the run).
 	arr := arrivalsOf(fl.samples)
-	floorServers := sc.floorServers(fewestServing(rep.loopPoints, rep.capacity))
-	model := floorModel{servers: floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
-		service: time.Duration(float64(floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
+	model := floorModel{servers: rep.floorServers, timeout: o.timeout, end: o.warmup + rep.measure,
+		service: time.Duration(float64(rep.floorServers) / rep.capacity * float64(time.Second)), fair: sc.tenant != nil}
 	st.capacity = rep.capacity
 	critRate := offered * mix[shed.Critical]
 	criticalFitsChanged := criticalFits(critRate, rep.capacityChanged)

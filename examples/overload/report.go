@@ -86,6 +86,8 @@ type report struct {
 	// service that needs both a pool and the CPU must have in flight to
 	// serve its capacity (fewestServing); none for the others.
 	loopPoints []loopPoint
+	// floorServers is how many servers the floor has (scenario.floorServers).
+	floorServers int
 	// calibration is how quiet the machine was while the capacity was
 	// measured.
 	calibration quiet
