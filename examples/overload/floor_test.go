@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -83,16 +84,7 @@ func TestFloorAtFiveTimesCapacity(t *testing.T) {
 	// capacity), answers at capacity, and its critical p99 is the 9.3ms
 	// docs/overload.md derived (wait for the request running and for the
 	// critical requests ahead).
-	rng := newRand(5)
-	var arr []arrival
-	var at time.Duration
-	for {
-		at += time.Duration(rng.ExpFloat64() / 2500 * float64(time.Second))
-		if at >= 11*time.Second {
-			break
-		}
-		arr = append(arr, arrival{at, pickPriority(rng), 0})
-	}
+	arr := poissonArrivals(newRand(5), 2500, 11*time.Second, oneClient)
 	m := floorModel{servers: 1, service: 2 * ms1, timeout: time.Second, end: 11 * time.Second}
 	f, _ := m.floor(arr, time.Second, 10*time.Second)
 	if f.criticalSuccess != 1 {
@@ -186,19 +178,29 @@ func TestFewestServingIsTheLeastInFlightThatServesTheCapacity(t *testing.T) {
 // in time. Taken from different orders, the floor once read 6 requests
 // fewer sent than served ("not served -6") at 1x on the mixed service.
 func TestFloorServesNoMoreThanWasSent(t *testing.T) {
-	rng := newRand(14)
-	var arr []arrival
-	var at time.Duration
-	for {
-		at += time.Duration(rng.ExpFloat64() / 245 * float64(time.Second))
-		if at >= 2500*time.Millisecond {
-			break
-		}
-		arr = append(arr, arrival{at, pickPriority(rng), 0})
-	}
+	arr := poissonArrivals(newRand(14), 245, 2500*time.Millisecond, oneClient)
 	m := floorModel{servers: 14, service: 57 * time.Millisecond, timeout: time.Second, end: 2500 * time.Millisecond}
 	f, _ := m.floor(arr, time.Second, 1500*time.Millisecond)
 	if f.served > f.sent || f.served == 0 {
 		t.Errorf("served %d of %d sent", f.served, f.sent)
 	}
 }
+
+// poissonArrivals is Poisson arrivals at rate a second until until, each
+// given its priority and client by pick (drawn after its time, from rng).
+func poissonArrivals(rng *rand.Rand, rate float64, until time.Duration, pick func(*rand.Rand) (shed.Priority, int)) []arrival {
+	var arr []arrival
+	var at time.Duration
+	for {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if at >= until {
+			return arr
+		}
+		p, client := pick(rng)
+		arr = append(arr, arrival{at: at, prio: p, client: client})
+	}
+}
+
+// oneClient picks a priority from the demonstration's mix, every request
+// from one client.
+func oneClient(rng *rand.Rand) (shed.Priority, int) { return pickPriority(rng), 0 }

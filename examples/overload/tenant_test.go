@@ -20,19 +20,7 @@ import (
 // of 2ms (500/s) and lightKeys light ones together at lightLoad of it,
 // Poisson, for d, as the tenant scenarios offer them.
 func tenantArrivals(heavy float64, critical float64, d time.Duration) []arrival {
-	rng := newRand(7)
-	pick := tenantTraffic{critical: critical}.pick(heavy)
-	rate := (heavy + lightLoad) * 500
-	var arr []arrival
-	var at time.Duration
-	for {
-		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-		if at >= d {
-			return arr
-		}
-		p, key := pick(rng)
-		arr = append(arr, arrival{at: at, prio: p, client: key})
-	}
+	return poissonArrivals(newRand(7), (heavy+lightLoad)*500, d, tenantTraffic{critical: critical}.pick(heavy))
 }
 
 // The fair floor serves every light client's request, at about the
