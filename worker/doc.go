@@ -155,7 +155,13 @@
 // a slow service still answers a request that waited within a second) or
 // its own deadline. Over the
 // length bound a newcomer evicts the newest waiter of the lowest priority
-// below its own, or is refused if there is none. In the simulation, with
+// below its own (the oldest while newest first is on), or is refused if
+// there is none; while newest first is on, the oldest waiter of its own
+// priority is refused instead, the one that would be served last: a
+// waiter so refused would otherwise hold its place until the queue
+// drained, and be served then, late (on the demonstration's mixed
+// service, whose one CPU reads its requests in batches, the queue waits
+// of its lower priorities now last at most about one round of that cycle). In the simulation, with
 // the floor (a perfect strict-priority scheduler with no overhead, the
 // better of first-in-first-out and newest-first, on the same arrivals),
 // critical p99 is 1.09-1.35 times the floor's at 2x and 5x, and the p99
@@ -178,7 +184,7 @@
 // its weight). A client asking less than an equal share is served as it
 // asks; a flood from one client takes what the others leave and no more,
 // and when the queue is over its bound it is the flooding client's
-// newest waiter that is refused. No per-client number is needed:
+// newest waiter that is refused (its oldest, while newest first is on). No per-client number is needed:
 // per-key rate limits stay for quotas. Config.Fairness gives clients
 // weights (tiers) or turns fairness off. With one client the layer admits
 // and queues as it did without fairness. Memory stays bounded whatever the

@@ -43,7 +43,8 @@
 // granted fewer of them. Priorities stay strict: a priority is served
 // only while none above it waits. When the queue is full, the newest
 // waiter of the client with the most waiters is refused, not a newcomer
-// with half as many or fewer. Clients even in their service (within
+// with half as many or fewer (under AdaptiveLIFO, that client's oldest
+// waiter, whoever the newcomer: newest first serves it last). Clients even in their service (within
 // fairWindow grants' charge of the least served), and any client with a
 // single request waiting, are served in the order a plain WaitQueue would
 // serve them, first in first out (or newest first under AdaptiveLIFO),

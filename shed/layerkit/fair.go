@@ -34,7 +34,8 @@ import (
 //     credit.
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
-//     unless the newcomer is that client.
+//     unless the newcomer is that client (under AdaptiveLIFO, that
+//     client's oldest waiter, whoever the newcomer).
 //   - While a client of a priority with more than one waiter is served
 //     beyond the window (a flood), a client's only waiter that is next in
 //     line at that priority is not refused when its wait runs out: it may
@@ -471,9 +472,10 @@ func (t *topClients) done(now int64, h uint64, cost float64, units int64) {
 }
 
 // MakeRoom does, for a newcomer req, what a full queue does (see
-// WaitRequest): a waiter of lower priority is evicted (ErrEvicted), or the
-// newest waiter of the client with at least twice the waiters req's would
-// have at its priority (ErrQueueFull). It reports whether it made room. A
+// WaitRequest): a waiter of lower priority is evicted (ErrEvicted), or at
+// req's priority (ErrQueueFull) the newest waiter of the client with at
+// least twice the waiters req's would have, or under AdaptiveLIFO the
+// oldest waiter of the client with the most. It reports whether it made room. A
 // layer that bounds the queue below its MaxLength calls it when its own
 // bound is reached.
 func (q *WaitQueue) MakeRoom(req shed.Request) bool {

@@ -17,7 +17,8 @@ import (
 // QueueRejection turns them into a *shed.Rejection.
 var (
 	// ErrQueueFull: the queue held MaxLength waiters, none of lower priority
-	// than the newcomer.
+	// than the newcomer; or the waiter was refused while it waited, to make
+	// room for a newcomer of its priority (see WaitRequest).
 	ErrQueueFull = errors.New("shed: wait queue full")
 	// ErrQueueTimeout: MaxWait or the request's deadline passed before
 	// capacity freed.
@@ -185,7 +186,8 @@ func (l *waitList) remove(w *waiter) {
 // It gives up with ErrQueueFull at once when the queue holds MaxLength
 // waiters and none has a lower priority than p (when one has, the lowest
 // priority waiter that would be served last is evicted and gets ErrEvicted
-// at once); with ErrQueueTimeout when MaxWait or deadline (when non-zero)
+// at once), unless AdaptiveLIFO is in force: then the oldest waiter of p,
+// which newest first serves last, gets ErrQueueFull instead; with ErrQueueTimeout when MaxWait or deadline (when non-zero)
 // passes, or has already passed; and with an error wrapping ctx.Err() when
 // ctx ends. When deadline is ctx's own deadline (as Prepare sets it), either
 // of the last two may be reported: QueueRejection turns the first into a
@@ -211,7 +213,8 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 //
 // When the queue is full, the newcomer takes the place of the newest
 // waiter of the client with the most waiters in its priority (which gets
-// ErrQueueFull) unless it is that client.
+// ErrQueueFull) unless it is that client; while AdaptiveLIFO is in force,
+// of that client's oldest waiter, even when it is that client.
 func (q *WaitQueue) WaitRequest(ctx context.Context, req shed.Request, deadline time.Time, take func() bool, giveBack func()) (Ticket, time.Duration, error) {
 	return q.wait(ctx, req, deadline, take, giveBack)
 }
@@ -399,20 +402,33 @@ func (q *WaitQueue) lastOf(f *flow, now time.Time) *waiter {
 
 // makeRoom frees a place in a full queue for w, which has not joined it
 // yet: a waiter of lower priority is evicted (ErrEvicted) or, within w's
-// priority, the newest waiter of the client with the most waiters, when
-// that client has at least twice the waiters w's would (ErrQueueFull). It reports false when
-// w must be refused instead. mu is held.
+// priority (ErrQueueFull), the oldest waiter of the client with the most
+// waiters while AdaptiveLIFO is in force, else its newest when that client
+// has at least twice the waiters w's would. It reports false when w must
+// be refused instead. mu is held.
 func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
 	if v := q.victim(w.level, now); v != nil {
 		q.finish(v, evicted)
 		return true
 	}
 	lv := &q.levels[w.level]
-	if !q.fair || lv.n == 0 {
+	if lv.n == 0 {
 		return false
 	}
 	li := lv.longest()
 	long := &lv.flows[li]
+	if q.lifoNow(now) {
+		// Newest first, the oldest waiter is served last, after the
+		// newcomer and all who come while it waits: it is the one to
+		// refuse. Refusing the newcomer instead left the oldest holding
+		// the queue's places until the queue drained, and served them
+		// then, late (the demonstration's mixed scenario at 5x).
+		q.finish(long.list.head, displaced)
+		return true
+	}
+	if !q.fair {
+		return false
+	}
 	fi := lv.choose(w.hash)
 	// Only for a client with at most half the longest's waiters: among
 	// flows about as long (a client spreading over many keys, or many

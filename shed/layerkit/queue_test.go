@@ -596,10 +596,20 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 		t.Fatalf("got %+v; want a2 evicted", r)
 	}
 	waitLen(t, q, 4)
+	// Full, with nobody below default: a default newcomer takes the place
+	// of the oldest default, which newest first would serve last.
+	go func() {
+		d, err := q.Wait(ctx, shed.Default, time.Time{}, p.take, p.put)
+		out <- result{"a6", d, err}
+	}()
+	if r := recv(t, out); r.name != "a3" || !errors.Is(r.err, layerkit.ErrQueueFull) {
+		t.Fatalf("got %+v; want a3 displaced", r)
+	}
+	waitLen(t, q, 4)
 	grantOne("c2")
 	grantOne("c1")
+	grantOne("a6")
 	grantOne("a5")
-	grantOne("a3")
 
 	// Once empty, the queue is FIFO again.
 	waitAsync(t, q, ctx, "b1", shed.Default, time.Time{}, p.take, p.put, out)
