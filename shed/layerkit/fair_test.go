@@ -637,4 +637,32 @@ func TestFairNextInLineWaitsOnceMore(t *testing.T) {
 			t.Fatalf("%s after %v: %v, want timed out at MaxWait, no flood", r.key, r.waited, r.err)
 		}
 	}
+	// heavy, far ahead, with two waiters among more of alike clients with
+	// one each: no flood either (among many alike clients, chance puts one
+	// a window ahead with two).
+	wait("light")
+	clock.Advance(maxWait / 4)
+	for _, k := range []string{"x", "y", "z", "v", "heavy", "heavy"} {
+		wait(k)
+	}
+	clock.Advance(3 * maxWait / 4)
+	select {
+	case r := <-done:
+		if r.key != "light" || r.err == nil || r.waited != maxWait {
+			t.Fatalf("%s after %v: %v, want light timed out at MaxWait, no flood", r.key, r.waited, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("light still waits after MaxWait, want it timed out: two waiters of one client are no flood among five alike")
+	}
+	// The rest time out, the last alike ones perhaps extended once (by
+	// then the two hold most of the waiters).
+	for n := 0; n < 6; {
+		clock.Advance(maxWait)
+		select {
+		case <-done:
+			n++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 6 left the queue", n)
+		}
+	}
 }
