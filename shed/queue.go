@@ -23,9 +23,9 @@ type QueueConfig struct {
 	// keeps the latency of admitted work low while the backlog drains by
 	// timeouts. While it is in force a full queue refuses its oldest waiter
 	// of the newcomer's priority, the one it would serve last, rather than
-	// the newcomer. The queue goes back to FIFO as soon as it empties. This is
-	// the "adaptive LIFO" Facebook describes in "Fail at Scale" (ACM Queue,
-	// 2015).
+	// the newcomer. The queue goes back to FIFO as soon as it empties. This
+	// is the "adaptive LIFO" Facebook describes in "Fail at Scale" (ACM
+	// Queue, 2015).
 	AdaptiveLIFO bool
 }
 

@@ -161,11 +161,12 @@
 // waiter so refused would otherwise hold its place until the queue
 // drained, and be served then, late (on the demonstration's mixed
 // service, whose one CPU reads its requests in batches, the queue waits
-// of its lower priorities now last at most about one round of that cycle). In the simulation, with
-// the floor (a perfect strict-priority scheduler with no overhead, the
-// better of first-in-first-out and newest-first, on the same arrivals),
-// critical p99 is 1.09-1.35 times the floor's at 2x and 5x, and the p99
-// of everything served 0.66-1.55 times.
+// of its lower priorities now last at most about one round of that
+// cycle). In the simulation, with the floor (a perfect strict-priority
+// scheduler with no overhead, the better of first-in-first-out and
+// newest-first, on the same arrivals), critical p99 is 1.09-1.35 times
+// the floor's at 2x and 5x, and the p99 of everything served 0.66-1.55
+// times.
 //
 // The request path, while nobody waits and the limit has room, is a few
 // atomic loads and a compare-and-swap on the in-flight count, plus, for

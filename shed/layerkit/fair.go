@@ -279,11 +279,12 @@ func (lv *level) next(lifo bool) (int, bool) {
 // one waiter, hold most of its waiters (a flood, as next says: among many
 // alike clients, chance alone puts one a window ahead with two waiters,
 // and a longer wait then only lengthened the tail, to 600ms among 64
-// alike clients at 5x in the demonstration's mixed scenario), waits once more as long again, though not past its request's own
-// deadline. A standing queue is made by the clients that keep it full,
-// and its wait bound is there to refuse their requests in time for a
-// retry; a client that asks now and then is not one of them, and it
-// waited only for the capacity that higher priorities took. mu is held.
+// alike clients at 5x in the demonstration's mixed scenario), waits once
+// more as long again, though not past its request's own deadline. A
+// standing queue is made by the clients that keep it full, and its wait
+// bound is there to refuse their requests in time for a retry; a client
+// that asks now and then is not one of them, and it waited only for the
+// capacity that higher priorities took. mu is held.
 func (q *WaitQueue) extension(w *waiter) time.Duration {
 	if !q.fair || w.extended {
 		return 0
@@ -478,9 +479,9 @@ func (t *topClients) done(now int64, h uint64, cost float64, units int64) {
 // WaitRequest): a waiter of lower priority is evicted (ErrEvicted), or at
 // req's priority (ErrQueueFull) the newest waiter of the client with at
 // least twice the waiters req's would have, or under AdaptiveLIFO the
-// oldest waiter of the client with the most. It reports whether it made room. A
-// layer that bounds the queue below its MaxLength calls it when its own
-// bound is reached.
+// oldest waiter of the client with the most. It reports whether it made
+// room. A layer that bounds the queue below its MaxLength calls it when
+// its own bound is reached.
 func (q *WaitQueue) MakeRoom(req shed.Request) bool {
 	if q.n.Load() == 0 {
 		return false

@@ -187,10 +187,11 @@ func (l *waitList) remove(w *waiter) {
 // waiters and none has a lower priority than p (when one has, the lowest
 // priority waiter that would be served last is evicted and gets ErrEvicted
 // at once), unless AdaptiveLIFO is in force: then the oldest waiter of p,
-// which newest first serves last, gets ErrQueueFull instead; with ErrQueueTimeout when MaxWait or deadline (when non-zero)
-// passes, or has already passed; and with an error wrapping ctx.Err() when
-// ctx ends. When deadline is ctx's own deadline (as Prepare sets it), either
-// of the last two may be reported: QueueRejection turns the first into a
+// which newest first serves last, gets ErrQueueFull instead; with
+// ErrQueueTimeout when MaxWait or deadline (when non-zero) passes, or has
+// already passed; and with an error wrapping ctx.Err() when ctx ends.
+// When deadline is ctx's own deadline (as Prepare sets it), either of the
+// last two may be reported: QueueRejection turns the first into a
 // rejection and passes the second through.
 //
 // If capacity is granted at the instant the waiter gives up (its context
