@@ -169,10 +169,10 @@ type loopPoint struct {
 //     of a second is noisy: the fewest within 5% of the best read 10, 12,
 //     16 and 18 in five calibrations, and the floor's latency moved with
 //     them (on one run's arrivals, its critical p99 from 76ms at 10 to
-//     138ms at 18). The
-//     floor it gave served the capacity with 10 in flight at 41ms a
-//     request, where the service serves 190/s at 52ms: faster than the
-//     service on both counts, and a target no scheduler of it could meet;
+//     138ms at 18). The floor it gave served the capacity with 10 in
+//     flight at 41ms a request, where the service serves 190/s at 52ms:
+//     faster than the service on both counts, and a target no scheduler
+//     of it could meet;
 //   - Little's law with the unloaded latency (8 for the mixed service)
 //     answers faster still.
 //
