@@ -424,7 +424,7 @@ func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
 		// refuse. Refusing the newcomer instead left the oldest holding
 		// the queue's places until the queue drained, and served them
 		// then, late (the demonstration's mixed scenario at 5x).
-		q.finish(long.list.head, displaced)
+		q.finish(q.lastOf(long, now), displaced)
 		return true
 	}
 	if !q.fair {
