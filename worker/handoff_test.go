@@ -145,17 +145,45 @@ func TestNoGrantWhileAHandOffIsOnItsWay(t *testing.T) {
 func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
 	l, _, ctx, held := oneSlotHeld(t)
 	got := queued(t, l, ctx, "the request", shed.Request{Priority: shed.Sheddable}, 1)
-	// Posted an hour ago and never run, on a busy CPU (so that the release
-	// leaves the capacity to it).
+	// On its way and never run, on a busy CPU (so that the release leaves
+	// the capacity to it); the release was an hour ago.
 	l.handoffOn.Store(true)
-	l.handoffPosted.Store(monoNanos() - int64(time.Hour))
 	l.handoffPending.Store(true)
 	held.Release(shed.Completed)
+	l.handoffPosted.Store(monoNanos() - int64(time.Hour))
 	l.notify() // what a waiter timing out, or a newcomer, does
 	if err := <-got; err != nil {
 		t.Fatalf("the waiting request, once the hand-off was overdue: %v", err)
 	}
 	l.handoffPending.Store(false)
+}
+
+// A release that finds the hand-off on its way overdue leaves its own
+// capacity to it for a grace of its own: the hand-off, late because the
+// P never ran dry, comes with the requests read meanwhile. Before, the
+// capacity went to the waiter of the first newcomer's dispatch.
+func TestAReleaseGivesAnOverdueHandOffAGraceOfItsOwn(t *testing.T) {
+	handoff.once.Do(handoff.start)
+	if handoff.wake == nil {
+		t.Skip("no pollable pipe here: releases grant at once")
+	}
+	l, _, ctx, held := oneSlotHeld(t)
+	got := queued(t, l, ctx, "the request", shed.Request{Priority: shed.Sheddable}, 1)
+	l.handoffOn.Store(true)
+	l.handoffGrace = time.Hour // however slow this machine is
+	l.handoffPosted.Store(monoNanos() - 2*int64(time.Hour))
+	l.handoffPending.Store(true)
+	held.Release(shed.Completed)
+	l.notify() // what a waiter timing out, or a newcomer, does
+	if n, in := l.Queued(), l.InFlight(); n != 1 || in != 0 {
+		t.Fatalf("%d waiting and %d in flight after a release found the hand-off overdue, want 1 waiting and none in flight until it comes", n, in)
+	}
+	// The hand-off arrives.
+	l.handoffPending.Store(false)
+	l.notify()
+	if err := <-got; err != nil {
+		t.Fatalf("the request: %v, want granted by the hand-off", err)
+	}
 }
 
 // handOffOnOneP starts the process's hand-off (the test is skipped where
