@@ -85,15 +85,18 @@
 // the P has run the goroutines runnable before it, after the poll that
 // also returns the requests that arrived meanwhile, and it writes to a
 // second pipe, whose reader grants once the P has run those too (a flood
-// reads dozens in one poll, more than a yield waits for); until then no
-// waiter takes capacity (a waiter's timeout
-// would otherwise hand it out from its timer). With Min at one per CPU,
-// critical p99 on the demonstration's one-CPU server went from 3.2-4.0x
-// the floor's at 2x and 5x to 1.12-1.37x, the p99 of all admitted at 5x
-// from 3.7x to 1.24-1.26x (the cpu scenario of docs/overload.md). Only saturated, though: a
-// CPU half busy in bursts (a service whose requests wait on a pool, then
-// burn CPU) polls when a burst ends, and a hand-off waited for that with
-// the capacity idle (33ms, against 2ms on a CPU-bound server).
+// reads dozens in one poll, more than a yield waits for). Until then no
+// waiter takes capacity (a waiter's timeout would otherwise hand it out
+// from its timer), for at most 5ms from the release, or from a later
+// release if the hand-off is overdue by then: a flood that never lets
+// the P run dry is read by the monitor's polls, and a hand-off can wait
+// behind a whole handler. With Min at one per CPU, critical p99 on the
+// demonstration's one-CPU server went from 3.2-4.0x the floor's at 2x and
+// 5x to 1.12-1.37x, the p99 of all admitted at 5x from 3.7x to
+// 1.24-1.26x (the cpu scenario of docs/overload.md). Only saturated,
+// though: a CPU half busy in bursts (a service whose requests wait on a
+// pool, then burn CPU) polls when a burst ends, and a hand-off waited for
+// that with the capacity idle (33ms, against 2ms on a CPU-bound server).
 //
 // Everything rests on the baseline, the no-queue latency, and the layer
 // keeps it current in three ways, since under sustained overload in flight
