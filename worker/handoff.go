@@ -145,7 +145,7 @@ func (h *handoffs) post(l *Layer) bool {
 		// A hand-off is on its way already; it will see this release. If
 		// it is overdue, this release's capacity still waits for it for a
 		// grace of its own (see handoffGrace).
-		if now-l.handoffPosted.Load() >= int64(l.handoffGrace) {
+		if l.handoffOverdue(now) {
 			l.handoffPosted.Store(now)
 		}
 		return true

@@ -163,10 +163,7 @@ func TestAHandOffThatDoesNotComeIsNotWaitedFor(t *testing.T) {
 // P never ran dry, comes with the requests read meanwhile. Before, the
 // capacity went to the waiter of the first newcomer's dispatch.
 func TestAReleaseGivesAnOverdueHandOffAGraceOfItsOwn(t *testing.T) {
-	handoff.once.Do(handoff.start)
-	if handoff.wake == nil {
-		t.Skip("no pollable pipe here: releases grant at once")
-	}
+	needHandoffPipe(t)
 	l, _, ctx, held := oneSlotHeld(t)
 	got := queued(t, l, ctx, "the request", shed.Request{Priority: shed.Sheddable}, 1)
 	l.handoffOn.Store(true)
@@ -186,6 +183,16 @@ func TestAReleaseGivesAnOverdueHandOffAGraceOfItsOwn(t *testing.T) {
 	}
 }
 
+// needHandoffPipe starts the process's hand-off, and skips the test where
+// pipes are not pollable.
+func needHandoffPipe(t *testing.T) {
+	t.Helper()
+	handoff.once.Do(handoff.start)
+	if handoff.wake == nil {
+		t.Skip("no pollable pipe here: releases grant at once")
+	}
+}
+
 // handOffOnOneP starts the process's hand-off (the test is skipped where
 // pipes are not pollable) and returns oneSlotHeld's layer with hand-offs
 // on, as the sampler sets them on a busy CPU, on one P until the test
@@ -193,10 +200,7 @@ func TestAReleaseGivesAnOverdueHandOffAGraceOfItsOwn(t *testing.T) {
 // on a one-CPU server busy with admitted work.
 func handOffOnOneP(t *testing.T) (*Layer, context.Context, shed.Lease) {
 	t.Helper()
-	handoff.once.Do(handoff.start)
-	if handoff.wake == nil {
-		t.Skip("no pollable pipe here: releases grant at once")
-	}
+	needHandoffPipe(t)
 	prev := runtime.GOMAXPROCS(1)
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	l, _, ctx, held := oneSlotHeld(t)

@@ -735,7 +735,13 @@ func (l *Layer) handOff() {
 // jammed by a flood's first moment, thousands of connections opening)
 // must not keep capacity idle meanwhile.
 func (l *Layer) awaitingHandoff() bool {
-	return l.handoffPending.Load() && monoNanos()-l.handoffPosted.Load() < int64(l.handoffGrace)
+	return l.handoffPending.Load() && !l.handoffOverdue(monoNanos())
+}
+
+// handoffOverdue reports whether the hand-off posted last has had its
+// grace by now (monotonic ns).
+func (l *Layer) handoffOverdue(now int64) bool {
+	return now-l.handoffPosted.Load() >= int64(l.handoffGrace)
 }
 
 // notify says capacity may have freed: the critical queue first, then the
