@@ -24,7 +24,8 @@ import (
 // refusalRate requests a second over kept-alive connections from the load
 // generator's CPU, and its CPU time over the refusals made is the cost.
 // Each step's goodput is then judged against capacity × (1 − refusals per
-// second × that cost) (goodputBound).
+// second × that cost) (goodputBound), phase by phase where the capacity
+// changed (boundWithChange).
 const (
 	refusalRate  = 4400 // requests a second: about what cpu refuses at 10×
 	refusalConns = 128

@@ -314,13 +314,18 @@ func (r *report) targets() []verdict {
 }
 
 // goodputTarget judges a step's goodput against the bound its refusals
-// leave (goodputBound).
+// leave (goodputBound; boundWithChange with a capacity change).
 func (r *report) goodputTarget(s step, add func(string, bool, string)) {
 	all := s.stats[shed.NumPriorities]
 	// One decimal: 126.6/s against a target of 126.7/s must not read as
 	// 127/s against 127/s.
+	how := fmt.Sprintf("%.0f/s × (1 − %.0f refusals/s × %s)", s.capacity, s.refusals, us(r.refusalCost))
+	if len(s.recoveries) > 0 {
+		// boundWithChange: by phase, not one product.
+		how = fmt.Sprintf("each phase's capacity × (1 − its refusals/s × %s ÷ the part of the CPU left to the server), averaged; %.0f refusals/s in all", us(r.refusalCost), s.refusals)
+	}
 	add(fmt.Sprintf("goodput ≥ %.0f%% of the bound (%.1f/s)", 100*targetGoodput, targetGoodput*s.bound), all.goodput >= targetGoodput*s.bound,
-		fmt.Sprintf("%.1f/s (%s of the bound %.1f/s: %.0f/s × (1 − %.0f refusals/s × %s))", all.goodput, pct(all.goodput/s.bound), s.bound, s.capacity, s.refusals, us(r.refusalCost)))
+		fmt.Sprintf("%.1f/s (%s of the bound %.1f/s: %s)", all.goodput, pct(all.goodput/s.bound), s.bound, how))
 }
 
 // tenantTargets judges a tenant step: the light clients served and their

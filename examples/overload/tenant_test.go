@@ -176,6 +176,40 @@ func TestGoodputBound(t *testing.T) {
 	}
 }
 
+// With a capacity change, each phase pays for its own refusals, and while a
+// neighbour burns part of the CPU a refusal costs a larger part of what it
+// leaves.
+func TestBoundWithChange(t *testing.T) {
+	const from, to, t1, t2 = time.Second, 11 * time.Second, 4 * time.Second, 7 * time.Second
+	// 100 refusals a second at 1ms each: a tenth of the CPU. Before the
+	// flood's measured time, and answered requests, cost nothing here.
+	var samples []sample
+	for at := time.Duration(0); at < to; at += 10 * time.Millisecond {
+		samples = append(samples, sample{res: resShed, at: at}, sample{res: resOK, at: at})
+	}
+	samples = append(samples, sample{res: resThrottle, at: to})
+	// Outside the change 7s × 500/s × 0.9; during it 3s × 250/s × (1 −
+	// 0.1/0.5) with the neighbour on the CPU, × 0.9 with a slower downstream.
+	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, ms1, true), (7*500*0.9+3*250*0.8)/10; math.Abs(got-want) > 1e-9 {
+		t.Errorf("neighbour on the CPU: bound %.3f, want %.3f", got, want)
+	}
+	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, ms1, false), (7*500*0.9+3*250*0.9)/10; math.Abs(got-want) > 1e-9 {
+		t.Errorf("slower downstream: bound %.3f, want %.3f", got, want)
+	}
+	if got, want := boundWithChange(nil, from, to, t1, t2, 500, 250, ms1, true), (7*500+3*250)/10.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("no refusals: bound %.3f, want the capacity averaged, %.3f", got, want)
+	}
+	// Refusals during the change that take all the CPU the neighbour leaves:
+	// nothing is left to answer with then.
+	var during []sample
+	for at := t1; at < t2; at += time.Millisecond {
+		during = append(during, sample{res: resShed, at: at})
+	}
+	if got, want := boundWithChange(during, from, to, t1, t2, 500, 250, ms1, true), 7*500/10.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("the neighbour's share spent on refusals: bound %.3f, want %.3f", got, want)
+	}
+}
+
 // A tenant step is judged on the light clients at each priority the floor
 // serves in full, and on goodput against the bound.
 func TestTenantTargets(t *testing.T) {
