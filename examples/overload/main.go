@@ -625,6 +625,7 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 			recoveryAfter(fl.samples, arr, floorLat, t1, t2, rep.capacityChanged, criticalFitsChanged, during),
 			recoveryAfter(fl.samples, arr, floorLat, t2, end, rep.capacity, criticalFits(critRate, rep.capacity), after),
 		}
+		st.bound = boundWithChange(samples, o.warmup, end, t1, t2, rep.capacity, rep.capacityChanged, after, during)
 		st.steady = summarise(steady(samples, changes, !criticalFitsChanged), rep.measure)
 		st.unchanged = summarise(steady(samples, changes, true), rep.measure)
 	} else {
@@ -632,10 +633,8 @@ func runStep(ctx context.Context, rep *report, env scenarioEnv, servers []*serve
 	}
 	all := st.stats[shed.NumPriorities]
 	st.refusals = float64(all.counts[resThrottle]+all.counts[resShed]) / rep.measure.Seconds()
-	st.bound = goodputBound(st.capacity, st.refusals, rep.refusalCost)
-	if len(changes) == 2 {
-		st.bound = boundWithChange(samples, o.warmup, o.warmup+rep.measure, changes[0].applied, changes[1].applied,
-			rep.capacity, rep.capacityChanged, rep.refusalCost, sc.change.takesCPU)
+	if len(changes) != 2 {
+		st.bound = goodputBound(st.capacity, st.refusals, rep.refusalCost)
 	}
 	if sc.tenant != nil {
 		t := summariseTenant(samples, rep.measure)

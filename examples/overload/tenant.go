@@ -165,14 +165,13 @@ func goodputBound(capacity, refusalsPerSecond float64, cost time.Duration) float
 
 // boundWithChange is goodputBound for a step whose capacity changed from t1
 // to t2 within the measured time [from, to): each phase's capacity less what
-// its own refusals (by when they were sent) cost it, averaged over the
-// measured time. While a neighbour burns part of the server's CPU
-// (takesCPU), a refusal still costs the same CPU time, which is a larger
-// part of what the neighbour leaves: the capacity then is changed/capacity
-// of the CPU, and its refusals are priced against that share, as the
-// recovery's windows price them. With one price for the whole step, a
-// neighbour's half of the CPU would leave a bound no server reaches.
-func boundWithChange(samples []sample, from, to, t1, t2 time.Duration, capacity, changed float64, cost time.Duration, takesCPU bool) float64 {
+// its own refusals (by when they were sent) cost it at that phase's price,
+// averaged over the measured time. While a neighbour burns part of the
+// server's CPU a refusal still costs the same CPU time, which is a larger
+// part of what the neighbour leaves (during's cpuShare, as the recovery's
+// windows price it). With one price for the whole step, a neighbour's half
+// of the CPU would leave a bound no server reaches.
+func boundWithChange(samples []sample, from, to, t1, t2 time.Duration, capacity, changed float64, outside, during refusalPrice) float64 {
 	t1, t2 = min(max(t1, from), to), min(max(t2, t1), to)
 	var in, out int
 	for _, s := range samples {
@@ -185,14 +184,10 @@ func boundWithChange(samples []sample, from, to, t1, t2 time.Duration, capacity,
 			out++
 		}
 	}
-	during := refusalPrice{cost: cost, cpuShare: 1}
-	if takesCPU && capacity > 0 {
-		during.cpuShare = changed / capacity
-	}
 	dIn, dOut := (t2 - t1).Seconds(), (to-from).Seconds()-(t2-t1).Seconds()
 	var answered float64
 	if dOut > 0 {
-		answered += dOut * capacity * refusalPrice{cost: cost, cpuShare: 1}.left(float64(out)/dOut)
+		answered += dOut * capacity * outside.left(float64(out)/dOut)
 	}
 	if dIn > 0 {
 		answered += dIn * changed * during.left(float64(in)/dIn)

@@ -188,15 +188,17 @@ func TestBoundWithChange(t *testing.T) {
 		samples = append(samples, sample{res: resShed, at: at}, sample{res: resOK, at: at})
 	}
 	samples = append(samples, sample{res: resThrottle, at: to})
+	whole := refusalPrice{cost: ms1, cpuShare: 1}
+	half := refusalPrice{cost: ms1, cpuShare: 0.5} // a neighbour on the CPU
 	// Outside the change 7s × 500/s × 0.9; during it 3s × 250/s × (1 −
 	// 0.1/0.5) with the neighbour on the CPU, × 0.9 with a slower downstream.
-	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, ms1, true), (7*500*0.9+3*250*0.8)/10; math.Abs(got-want) > 1e-9 {
+	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, whole, half), (7*500*0.9+3*250*0.8)/10; math.Abs(got-want) > 1e-9 {
 		t.Errorf("neighbour on the CPU: bound %.3f, want %.3f", got, want)
 	}
-	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, ms1, false), (7*500*0.9+3*250*0.9)/10; math.Abs(got-want) > 1e-9 {
+	if got, want := boundWithChange(samples, from, to, t1, t2, 500, 250, whole, whole), (7*500*0.9+3*250*0.9)/10; math.Abs(got-want) > 1e-9 {
 		t.Errorf("slower downstream: bound %.3f, want %.3f", got, want)
 	}
-	if got, want := boundWithChange(nil, from, to, t1, t2, 500, 250, ms1, true), (7*500+3*250)/10.0; math.Abs(got-want) > 1e-9 {
+	if got, want := boundWithChange(nil, from, to, t1, t2, 500, 250, whole, half), (7*500+3*250)/10.0; math.Abs(got-want) > 1e-9 {
 		t.Errorf("no refusals: bound %.3f, want the capacity averaged, %.3f", got, want)
 	}
 	// Refusals during the change that take all the CPU the neighbour leaves:
@@ -205,7 +207,7 @@ func TestBoundWithChange(t *testing.T) {
 	for at := t1; at < t2; at += time.Millisecond {
 		during = append(during, sample{res: resShed, at: at})
 	}
-	if got, want := boundWithChange(during, from, to, t1, t2, 500, 250, ms1, true), 7*500/10.0; math.Abs(got-want) > 1e-9 {
+	if got, want := boundWithChange(during, from, to, t1, t2, 500, 250, whole, half), 7*500/10.0; math.Abs(got-want) > 1e-9 {
 		t.Errorf("the neighbour's share spent on refusals: bound %.3f, want %.3f", got, want)
 	}
 }
