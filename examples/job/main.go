@@ -3,11 +3,14 @@
 //
 //	go run ./examples/job
 //
-// Twelve jobs of one tenant arrive at once. The rate limit allows ten per
-// minute, and at most three may run at a time: three run, and the nine the
-// concurrency layer turns away are told when to come back instead of piling
-// onto the service. Their rate tokens are given back (the jobs never ran),
-// so the tenant's quota is charged only for the work that happened.
+// Twelve jobs of one tenant arrive one after another while the first ones
+// still run. The rate limit allows ten per minute, and at most three may run
+// at a time: three run, and the nine the concurrency layer turns away are
+// told when to come back instead of piling onto the service. Their rate
+// tokens are given back (the jobs never ran), so the tenant's quota is
+// charged only for the work that happened: the last two jobs are turned
+// away for the in-flight limit, not for the quota that nine refusals would
+// have spent.
 package main
 
 import (
@@ -53,16 +56,14 @@ func run(out io.Writer) error {
 		return err
 	}
 
-	// Every job holds its slot until all twelve have asked, so that the
-	// in-flight limit shows.
-	var asked sync.WaitGroup
-	asked.Add(12)
+	// Every job that runs holds its slot until all twelve have been
+	// decided, so that the in-flight limit shows; each job arrives once the
+	// one before it runs or has been turned away (its token given back).
 	release := make(chan struct{})
-	go func() { asked.Wait(); close(release) }()
-
 	results := make([]string, 12)
 	var done sync.WaitGroup
 	for i := range results {
+		decided := make(chan struct{})
 		done.Add(1)
 		go func() {
 			defer done.Done()
@@ -70,14 +71,16 @@ func run(out io.Writer) error {
 			err := chain.Do(context.Background(), shed.Request{Key: "tenant-42", Priority: shed.Sheddable},
 				func(ctx context.Context) error {
 					ran = true
-					asked.Done()
+					close(decided)
 					<-release
 					return nil
 				})
+			if !ran {
+				close(decided)
+			}
 			var rej *shed.Rejection
 			switch {
 			case errors.As(err, &rej):
-				asked.Done()
 				results[i] = fmt.Sprintf("rejected by %s (%d): %s, retry after %v", rej.Layer, rej.Status, rej.Reason, rej.RetryAfter.Round(time.Second))
 			case err != nil:
 				results[i] = "failed: " + err.Error()
@@ -85,7 +88,9 @@ func run(out io.Writer) error {
 				results[i] = "ran"
 			}
 		}()
+		<-decided
 	}
+	close(release)
 	done.Wait()
 
 	counts := map[string]int{}
