@@ -62,9 +62,15 @@
 // a tenth. It grows only while requests queue over it (a limit the traffic
 // did not reach says nothing). While the CPU reads saturated (7/8 of its
 // budget busy) or the scheduler latency is at its target, it shrinks
-// instead (0.7 a window, down to Min: one per CPU). While either reads
-// half of that, every admitted request yields once before it starts, as
-// with Config.Yield, so that the requests read meanwhile are decided
+// instead (0.7 a window, down to Min: one per CPU). A moment's stall of the
+// host (stolen time, a pause) reads that way too, and takes a service that
+// needs many in flight (a pool, then a share of the CPU) down to one or
+// two; so once the reading is over, if requests queue while the CPU reads
+// less than half busy twice in a row, the limit regrows by half a window
+// to 0.7 of where the saturation was read, rather than by a tenth.
+// While the CPU or the scheduler reads half of its saturation, every
+// admitted request yields once before it starts, as with Config.Yield,
+// so that the requests read meanwhile are decided
 // first; a request handed capacity by a release yields too, since the Go
 // runtime runs the goroutine a release wakes next, in the releaser's time
 // slice: admissions from the queue then followed one another while the

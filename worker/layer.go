@@ -79,7 +79,10 @@ type Layer struct {
 	signals   []signal
 	ctrl      controller
 	last      time.Time
-	snap      atomic.Pointer[snapshot]
+	// spareTicks counts the ticks in a row the CPU read less than half
+	// busy (see the learnt limit's regrowth).
+	spareTicks int
+	snap       atomic.Pointer[snapshot]
 
 	mu     sync.Mutex // guards timer and closed
 	timer  shed.Timer
@@ -282,6 +285,7 @@ func (l *Layer) tick() {
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
 	pressure, utilization, busy, saturated, backlogged := 0.0, 0.0, false, false, false
+	spareCPU := true
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -301,6 +305,9 @@ func (l *Layer) tick() {
 		}
 		if s.name == SignalSchedLatency && s.avg >= handoffBacklog {
 			backlogged = true
+		}
+		if s.name == SignalCPU && s.avg >= busyAbove {
+			spareCPU = false
 		}
 		switch {
 		case s.name != SignalCPU && s.name != SignalSchedLatency:
@@ -322,6 +329,17 @@ func (l *Layer) tick() {
 		// A saturated CPU (or a backlogged scheduler) cannot serve more
 		// in flight: the learnt limit shrinks until it is not.
 		l.lim.capped.Store(saturated)
+		// Two readings in a row: a CPU-bound service's CPU can read half
+		// idle for a moment on a busy host (0.48 for one tick of a flood
+		// on the demonstration's one-CPU server, on a host that ran its
+		// work a fifth slower than usual), and one such reading must not
+		// regrow its limit.
+		if spareCPU {
+			l.spareTicks++
+		} else {
+			l.spareTicks = 0
+		}
+		l.lim.spare.Store(l.spareTicks >= 2)
 	}
 	l.publish(level, utilization, readings)
 	if l.marg != nil {

@@ -109,9 +109,11 @@ type limiter struct {
 	// release writes it, so it has a cache line of its own, away from the
 	// fields every admission reads.
 	done   cacheline.Int64
-	bound  atomic.Bool  // a request queued over the limit in the window
-	capped atomic.Bool  // the CPU or the scheduler is saturated: shrink
-	mean   atomic.Int64 // smoothed latency of admitted work, ns (queue bounds)
+	bound  atomic.Bool // a request queued over the limit in the window
+	capped atomic.Bool // the CPU or the scheduler is saturated: shrink
+	// spare: the CPU reads less than half busy (see update's regrowth).
+	spare atomic.Bool
+	mean  atomic.Int64 // smoothed latency of admitted work, ns (queue bounds)
 
 	mu        sync.Mutex // held while a window closes; guards the fields below
 	est       float64    // the limit, unrounded
@@ -131,6 +133,11 @@ type limiter struct {
 	// kneeAbove is the in-flight count a probe last found throughput
 	// falling below: the knee is above it. It fades each window.
 	kneeAbove float64
+	// capFrom is the limit a run of capped windows began at, while the
+	// regrowth after it is owed (0 when none is), and wasCapped whether
+	// the window before was capped.
+	capFrom   float64
+	wasCapped bool
 	min, max  float64
 	minWindow float64 // ns
 	tolerance float64
@@ -237,6 +244,11 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	l.kneeAbove *= kneeFade
 	g := math.Max(0.5, math.Min(1, l.tolerance*l.base/latency))
 	est := l.est
+	if capped && !l.wasCapped {
+		l.capFrom = est
+	}
+	l.wasCapped = capped
+	regrowTo := capShrink * l.capFrom
 	switch {
 	case capped:
 		// The CPU is saturated (or the scheduler backlogged): work
@@ -247,6 +259,26 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink
+	case bound && g >= 1 && est < regrowTo && l.spare.Load():
+		// The saturation is over, and the limit binds with the CPU less
+		// than half busy: what the capped windows took away was not this
+		// service's knee but a moment's stall (stolen time, a pause) read
+		// as a backlogged scheduler on a service that needs many in flight
+		// (a pool of connections, then a share of the CPU). Regrow by slow
+		// start to one step below where the saturation was read, where the
+		// shrink would have stopped had it read the saturation at once;
+		// from there the limit grows as it would have. Growing by
+		// allowances, in windows of two dozen completions each at a limit
+		// of one or two, took seconds: on the demonstration's mixed
+		// service the limit fell from 13 to 1 in a second and stood at 1-3
+		// two seconds later, the CPU a fifth busy and 20 waiting. The cpu
+		// signal counts the time the process waited for the CPU too, so a
+		// CPU-bound service under a flood never reads half idle, neighbour
+		// or not, and a saturated reading that flickers does not regrow it.
+		est = math.Min(1.5*est, regrowTo)
+		if est >= regrowTo {
+			l.capFrom = 0
+		}
 	case g < 1 && l.slowStart && bound && followed(prev, inflight, throughput):
 		// Latency rose, but throughput rose with in flight: a queue
 		// inside would have held it. This service's own latency grows

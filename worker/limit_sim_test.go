@@ -288,6 +288,7 @@ func simulate(t testing.TB, run simRun) *simResult {
 		if (now+simStep)%c.Interval == 0 {
 			cpuAvg += c.Smoothing * (float64(cpuWanted)/float64(c.Interval)/c.CPU.Full - cpuAvg)
 			lim.capped.Store(cpuAvg >= cpuSaturated)
+			lim.spare.Store(cpuAvg < busyAbove)
 			cpuWanted = 0
 		}
 		// Waiters past their bound give up.

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,6 +261,101 @@ func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
 	}
 	if d := now.Sub(start); d > 500*time.Millisecond {
 		t.Fatalf("limit down to 1 after %v of a saturated CPU, want within 500ms", d)
+	}
+}
+
+// A moment's saturation (a stall of the host read as a saturated
+// scheduler) shrinks the limit of a service that needs many in flight. Once
+// it is over and the CPU reads less than half busy with requests waiting,
+// slow start takes the limit back to one step below where the saturation
+// was read within a few windows, not the seconds that growing by
+// allowances takes, and no further. A CPU that reads busy (a CPU-bound
+// service whose saturated reading flickers) regrows by allowances only.
+// Each step is one window at the limit, in flight as the service answers.
+func TestLearntLimitRegrowsAfterAMomentsSaturation(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	// A pool of 24 connections held 35ms: latency flat below 24 in flight.
+	service := func(n float64) (latency, throughput float64) {
+		latency = 35 * ms * max(1, n/24)
+		return latency, n / latency
+	}
+	for _, c := range []struct {
+		name  string
+		spare bool
+	}{{"CPU half idle", true}, {"CPU busy", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 20, Min: 1}}.withDefaults()
+			l := newLimiter(cfg.Limit, t0)
+			window := func(capped bool) int64 {
+				latency, throughput := service(float64(l.Limit()))
+				l.mu.Lock()
+				l.update(latency, throughput, true, capped)
+				l.mu.Unlock()
+				return l.Limit()
+			}
+			l.mu.Lock()
+			// No probe within the test: they move the limit for reasons of
+			// their own.
+			l.slowStart, l.base, l.sinceProbe = false, 35*ms, -100
+			l.mu.Unlock()
+			window(false)
+			from := l.Limit()
+			var seen []int64
+			for range 6 {
+				seen = append(seen, window(true))
+			}
+			if got := seen[len(seen)-1]; got > 3 {
+				t.Fatalf("limit %d after six saturated windows from %d (%v), want 3 or less", got, from, seen)
+			}
+			l.spare.Store(c.spare)
+			shrunk := seen[len(seen)-1]
+			for range 6 {
+				seen = append(seen, window(false))
+			}
+			got, want := seen[len(seen)-1], int64(capShrink*float64(from))
+			if !c.spare {
+				// By allowances: at most one a window from where it fell.
+				if got > shrunk+6 {
+					t.Errorf("limit %d six windows after the saturation with the CPU busy (%v), want %d or less", got, seen, shrunk+6)
+				}
+				return
+			}
+			if got < want {
+				t.Errorf("limit %d six windows after the saturation (%v), want back at %d (%.1f of the %d it was read at)", got, seen, want, capShrink, from)
+			}
+			// One window past the regrowth it grows by allowances, not by half.
+			if next := window(false); float64(next) > float64(got)+allowance(float64(got)) {
+				t.Errorf("limit %d the window after regrowing to %d (%v): slow start went on past it", next, got, seen)
+			}
+		})
+	}
+}
+
+// The regrowth after a saturation waits for the CPU to read less than half
+// busy twice in a row: one such reading comes now and then in a CPU-bound
+// flood on a busy host, and must not regrow the limit.
+func TestLearntLimitSpareCPUTakesTwoReadings(t *testing.T) {
+	var reading atomic.Uint64
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Smoothing: 1},
+		Signal{Name: SignalCPU, Read: func() float64 { return math.Float64frombits(reading.Load()) }})
+	for i, c := range []struct {
+		cpu   float64
+		spare bool
+	}{
+		{0.9, false},
+		{0.3, false},
+		{0.3, true},
+		{0.4, true},
+		{busyAbove, false},
+		{0.2, false},
+		{0.2, true},
+	} {
+		reading.Store(math.Float64bits(c.cpu))
+		clock.Advance(DefaultInterval)
+		if got := l.lim.spare.Load(); got != c.spare {
+			t.Errorf("reading %d, CPU %v: spare %v, want %v", i, c.cpu, got, c.spare)
+		}
 	}
 }
 
