@@ -41,7 +41,7 @@
 // else's share. One API key (X-API-Key: heavy) offers 5×, 10× and 50× the
 // capacity; 50 others (light-01 to light-50) together offer 0.1× of it,
 // each far below its fair share; every request is GET /v1/charges, the
-// arrivals Poisson, the timeout 1 s, each step 8 s measured. tenant-io
+// arrivals Poisson, the timeout 1 s, each step 16 s measured. tenant-io
 // runs them against 4 downstream connections of 40 ms, tenant-cpu
 // against 10 ms of CPU a request (both about 100 requests a second, so
 // that 50× is a pace the load generator keeps), and tenant-critical as
@@ -143,7 +143,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	scenarios := fs.String("scenario", scenarioCPU, "what kind of service to flood: "+strings.Join(scenarioNames, ", ")+", or all (comma-separated for several)")
 	fs.BoolVar(&o.quick, "quick", false, "a short run (about 20s a scenario): steps 1× and 5× only (tenant: 5× and 50×), shorter steps")
 	steps := fs.String("steps", "", "offered load per step, as multiples of capacity (default 0.5,1,2,5,10; -quick: 1,5); tenant: the heavy client's (default 5,10,50; -quick: 5,50)")
-	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s, tenant 8s; -quick 1.5s, tenant 2s)")
+	fs.DurationVar(&o.measure, "step", 0, "measured length of each step without a capacity change (default 5s, tenant 16s; -quick 1.5s, tenant 2s)")
 	phases := fs.String("phases", "", "drop and noisy: measured seconds at full capacity, with less, and at full capacity again (default 3s,3s,4s; -quick 1s,1.5s,2s)")
 	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "cpu, noisy: CPU each request burns on the server")
 	fs.IntVar(&o.pool, "pool", 4, "io, drop: the downstream's connections")

@@ -45,10 +45,13 @@ const (
 	tenantLatency = 40 * time.Millisecond
 )
 
-// tenantMeasure is the measured length of a tenant step, as in the trial
-// that found the problem: the light clients send about 80 requests in it
-// (0.1 × 100/s × 8 s), so 99.9% served means none lost.
-const tenantMeasure = 8 * time.Second
+// tenantMeasure is the measured length of a tenant step: the light clients
+// send about 160 requests in it (0.1 × 100/s × 16 s), so 99.9% served means
+// none lost, and their p99 is the third slowest of them. The trial that
+// found the problem measured 8 s; there the p99 was the second slowest,
+// and one light request unlucky in the one-CPU server's scheduling
+// decided it.
+const tenantMeasure = 16 * time.Second
 
 // tenantSteps are the heavy client's loads, as multiples of capacity,
 // that the tenant scenarios run and judge.
