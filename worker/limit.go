@@ -133,9 +133,10 @@ type limiter struct {
 	// kneeAbove is the in-flight count a probe last found throughput
 	// falling below: the knee is above it. It fades each window.
 	kneeAbove float64
-	// capFrom is the limit a run of capped windows began at, while the
-	// regrowth after it is owed (0 when none is), and wasCapped whether
-	// the window before was capped.
+	// capFrom is the limit a run of capped windows began at (the highest
+	// of such runs since the last regrowth), while the regrowth after it
+	// is owed (0 when none is), and wasCapped whether the window before
+	// was capped.
 	capFrom   float64
 	wasCapped bool
 	min, max  float64
@@ -245,7 +246,8 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	g := math.Max(0.5, math.Min(1, l.tolerance*l.base/latency))
 	est := l.est
 	if capped && !l.wasCapped {
-		l.capFrom = est
+		// A stall during a regrowth does not lower what is owed.
+		l.capFrom = math.Max(l.capFrom, est)
 	}
 	l.wasCapped = capped
 	regrowTo := capShrink * l.capFrom
