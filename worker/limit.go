@@ -293,7 +293,10 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		l.base = latency
 		est *= 1.5
 	case g < 1:
-		l.slowStart = false
+		// The knee: slow start ends here, and so does a regrowth owed,
+		// which on a service whose knee is below it would otherwise
+		// restart each time the gradient brought the limit back under.
+		l.slowStart, l.capFrom = false, 0
 		est += 0.5 * (est*g + allowance(est) - est)
 	case !bound:
 		// A limit the traffic did not reach says nothing about whether a

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -334,6 +335,47 @@ func TestLearntLimitRegrowsAfterAMomentsSaturation(t *testing.T) {
 				t.Errorf("limit %d the window after regrowing to %d (%v): slow start went on past it", next, got, seen)
 			}
 		})
+	}
+}
+
+// A regrowth owed ends at the knee, as slow start does: on a service whose
+// knee is below where the saturation was read, the limit then settles near
+// the knee instead of climbing past it by half each time the gradient has
+// brought it back under.
+func TestLearntLimitRegrowthEndsAtTheKnee(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	// A pool of 6 connections held 35ms, its latency a fifth lower every
+	// third window (the noise of a mean of a few dozen).
+	var i int
+	service := func(n float64) (latency, throughput float64) {
+		latency = 35 * ms * max(1, n/6)
+		if i++; i%3 == 0 {
+			latency *= 0.8
+		}
+		return latency, n / latency
+	}
+	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 20, Min: 1}}.withDefaults()
+	l := newLimiter(cfg.Limit, t0)
+	window := func(capped bool) int64 {
+		latency, throughput := service(float64(l.Limit()))
+		l.mu.Lock()
+		l.update(latency, throughput, true, capped)
+		l.mu.Unlock()
+		return l.Limit()
+	}
+	l.mu.Lock()
+	l.slowStart, l.base, l.sinceProbe = false, 35*ms, -100
+	l.mu.Unlock()
+	var seen []int64
+	for range 6 {
+		seen = append(seen, window(true))
+	}
+	l.spare.Store(true)
+	for range 20 {
+		seen = append(seen, window(false))
+	}
+	if top := slices.Max(seen[16:]); top > 9 {
+		t.Errorf("limit up to %d in the last ten windows on a service whose knee is 6 (%v), want 9 at most", top, seen)
 	}
 }
 
