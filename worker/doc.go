@@ -66,8 +66,9 @@
 // host (stolen time, a pause) reads that way too, and takes a service that
 // needs many in flight (a pool, then a share of the CPU) down to one or
 // two; so once the reading is over, if requests queue while the CPU reads
-// less than half busy twice in a row, the limit regrows by half a window
-// to 0.7 of where the saturation was read, rather than by a tenth.
+// less than half busy twice in a row, the limit regrows by slow start (by
+// half a window, until the knee) to 0.7 of where the saturation was read,
+// rather than by a tenth.
 // While the CPU or the scheduler reads half of its saturation, every
 // admitted request yields once before it starts, as with Config.Yield,
 // so that the requests read meanwhile are decided

@@ -251,6 +251,25 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	}
 	l.wasCapped = capped
 	regrowTo := capShrink * l.capFrom
+	if !capped && !l.slowStart && bound && g >= 1 && est < regrowTo && l.spare.Load() {
+		// The saturation is over, and the limit binds with the CPU less
+		// than half busy: what the capped windows took away was not this
+		// service's knee but a moment's stall (stolen time, a pause) read
+		// as a backlogged scheduler on a service that needs many in flight
+		// (a pool of connections, then a share of the CPU). Regrow by slow
+		// start, which stops at the knee as it does on a flood's first
+		// windows, and at one step below where the saturation was read,
+		// where the shrink would have stopped had it read the saturation
+		// at once; from there the limit grows as it would have. Growing by
+		// allowances, in windows of two dozen completions each at a limit
+		// of one or two, took seconds: on the demonstration's mixed
+		// service the limit fell from 13 to 1 in a second and stood at 1-3
+		// two seconds later, the CPU a fifth busy and 20 waiting. The cpu
+		// signal counts the time the process waited for the CPU too, so a
+		// CPU-bound service under a flood never reads half idle, neighbour
+		// or not, and a saturated reading that flickers does not regrow it.
+		l.slowStart = true
+	}
 	switch {
 	case capped:
 		// The CPU is saturated (or the scheduler backlogged): work
@@ -261,26 +280,6 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink
-	case bound && g >= 1 && est < regrowTo && l.spare.Load():
-		// The saturation is over, and the limit binds with the CPU less
-		// than half busy: what the capped windows took away was not this
-		// service's knee but a moment's stall (stolen time, a pause) read
-		// as a backlogged scheduler on a service that needs many in flight
-		// (a pool of connections, then a share of the CPU). Regrow by slow
-		// start to one step below where the saturation was read, where the
-		// shrink would have stopped had it read the saturation at once;
-		// from there the limit grows as it would have. Growing by
-		// allowances, in windows of two dozen completions each at a limit
-		// of one or two, took seconds: on the demonstration's mixed
-		// service the limit fell from 13 to 1 in a second and stood at 1-3
-		// two seconds later, the CPU a fifth busy and 20 waiting. The cpu
-		// signal counts the time the process waited for the CPU too, so a
-		// CPU-bound service under a flood never reads half idle, neighbour
-		// or not, and a saturated reading that flickers does not regrow it.
-		est = math.Min(1.5*est, regrowTo)
-		if est >= regrowTo {
-			l.capFrom = 0
-		}
 	case g < 1 && l.slowStart && bound && followed(prev, inflight, throughput):
 		// Latency rose, but throughput rose with in flight: a queue
 		// inside would have held it. This service's own latency grows
@@ -305,6 +304,9 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		est *= 1.5
 	default:
 		est += 0.5 * allowance(est)
+	}
+	if l.slowStart && regrowTo > 0 && est >= regrowTo {
+		est, l.slowStart, l.capFrom = regrowTo, false, 0
 	}
 	l.setEstimate(est)
 	// The probe's reference: in flight and latency averaged over the

@@ -379,6 +379,45 @@ func TestLearntLimitRegrowthEndsAtTheKnee(t *testing.T) {
 	}
 }
 
+// The regrowth is slow start's: on a service whose latency rises below its
+// knee while throughput follows (requests that hold a connection, then
+// share the CPU), it goes on through the rise, as slow start does on a
+// flood's first windows, rather than stopping at the first window over the
+// baseline's tolerance.
+func TestLearntLimitRegrowthGoesOnWhileThroughputFollows(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	// 30ms, a fortieth longer for each request in flight, up to a pool of
+	// 16; past it requests queue for a connection.
+	service := func(n float64) (latency, throughput float64) {
+		latency = 30 * ms * (1 + min(n, 16)/40) * max(1, n/16)
+		return latency, n / latency
+	}
+	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 18, Min: 1}}.withDefaults()
+	l := newLimiter(cfg.Limit, t0)
+	window := func(capped bool) int64 {
+		latency, throughput := service(float64(l.Limit()))
+		l.mu.Lock()
+		l.update(latency, throughput, true, capped)
+		l.mu.Unlock()
+		return l.Limit()
+	}
+	l.mu.Lock()
+	l.slowStart, l.base, l.sinceProbe = false, 30*ms*(1+18.0/40), -100
+	l.mu.Unlock()
+	from := l.Limit()
+	var seen []int64
+	for range 6 {
+		seen = append(seen, window(true))
+	}
+	l.spare.Store(true)
+	for range 8 {
+		seen = append(seen, window(false))
+	}
+	if got, want := seen[len(seen)-1], int64(capShrink*float64(from)); got < want {
+		t.Errorf("limit %d eight windows after the saturation (%v), want back at %d (%.1f of the %d it was read at)", got, seen, want, capShrink, from)
+	}
+}
+
 // The regrowth after a saturation waits for the CPU to read less than half
 // busy twice in a row: one such reading comes now and then in a CPU-bound
 // flood on a busy host, and must not regrow the limit.
