@@ -265,6 +265,24 @@ func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
 	}
 }
 
+// windowedLimiter returns a limiter at limit initial past its slow start,
+// its baseline base (ns), and a step that closes one window at the limit,
+// in flight as service answers it, capped or not, and returns the limit
+// after it. No probe comes within a test: they move the limit for reasons
+// of their own.
+func windowedLimiter(initial int64, base float64, service func(n float64) (latency, throughput float64)) (*limiter, func(capped bool) int64) {
+	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: initial, Min: 1}}.withDefaults()
+	l := newLimiter(cfg.Limit, t0)
+	l.slowStart, l.base, l.sinceProbe = false, base, -100
+	return l, func(capped bool) int64 {
+		latency, throughput := service(float64(l.Limit()))
+		l.mu.Lock()
+		l.update(latency, throughput, true, capped)
+		l.mu.Unlock()
+		return l.Limit()
+	}
+}
+
 // A moment's saturation (a stall of the host read as a saturated
 // scheduler) shrinks the limit of a service that needs many in flight. Once
 // it is over and the CPU reads less than half busy with requests waiting,
@@ -286,20 +304,7 @@ func TestLearntLimitRegrowsAfterAMomentsSaturation(t *testing.T) {
 		spare bool
 	}{{"CPU half idle", true}, {"CPU busy", false}} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 20, Min: 1}}.withDefaults()
-			l := newLimiter(cfg.Limit, t0)
-			window := func(capped bool) int64 {
-				latency, throughput := service(float64(l.Limit()))
-				l.mu.Lock()
-				l.update(latency, throughput, true, capped)
-				l.mu.Unlock()
-				return l.Limit()
-			}
-			l.mu.Lock()
-			// No probe within the test: they move the limit for reasons of
-			// their own.
-			l.slowStart, l.base, l.sinceProbe = false, 35*ms, -100
-			l.mu.Unlock()
+			l, window := windowedLimiter(20, 35*ms, service)
 			window(false)
 			from := l.Limit()
 			var seen []int64
@@ -354,18 +359,7 @@ func TestLearntLimitRegrowthEndsAtTheKnee(t *testing.T) {
 		}
 		return latency, n / latency
 	}
-	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 20, Min: 1}}.withDefaults()
-	l := newLimiter(cfg.Limit, t0)
-	window := func(capped bool) int64 {
-		latency, throughput := service(float64(l.Limit()))
-		l.mu.Lock()
-		l.update(latency, throughput, true, capped)
-		l.mu.Unlock()
-		return l.Limit()
-	}
-	l.mu.Lock()
-	l.slowStart, l.base, l.sinceProbe = false, 35*ms, -100
-	l.mu.Unlock()
+	l, window := windowedLimiter(20, 35*ms, service)
 	var seen []int64
 	for range 6 {
 		seen = append(seen, window(true))
@@ -392,18 +386,7 @@ func TestLearntLimitRegrowthGoesOnWhileThroughputFollows(t *testing.T) {
 		latency = 30 * ms * (1 + min(n, 16)/40) * max(1, n/16)
 		return latency, n / latency
 	}
-	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 18, Min: 1}}.withDefaults()
-	l := newLimiter(cfg.Limit, t0)
-	window := func(capped bool) int64 {
-		latency, throughput := service(float64(l.Limit()))
-		l.mu.Lock()
-		l.update(latency, throughput, true, capped)
-		l.mu.Unlock()
-		return l.Limit()
-	}
-	l.mu.Lock()
-	l.slowStart, l.base, l.sinceProbe = false, 30*ms*(1+18.0/40), -100
-	l.mu.Unlock()
+	l, window := windowedLimiter(18, 30*ms*(1+18.0/40), service)
 	from := l.Limit()
 	var seen []int64
 	for range 6 {
