@@ -289,9 +289,9 @@ func windowedLimiter(initial int64, base float64, service func(n float64) (laten
 // slow start takes the limit back to one step below where the saturation
 // was read within a few windows, not the seconds that growing by
 // allowances takes, and no further, a second stall in between
-// notwithstanding. A CPU that reads busy (a CPU-bound
-// service whose saturated reading flickers) regrows by allowances only.
-// Each step is one window at the limit, in flight as the service answers.
+// notwithstanding. A CPU that reads busy (a CPU-bound service whose
+// saturated reading flickers) regrows by allowances only. Each step is one
+// window at the limit, in flight as the service answers.
 func TestLearntLimitRegrowsAfterAMomentsSaturation(t *testing.T) {
 	const ms = float64(time.Millisecond)
 	// A pool of 24 connections held 35ms: latency flat below 24 in flight.
