@@ -229,7 +229,14 @@
 //     from half of its CPU uses only half and waits for the rest: it is as
 //     saturated as one alone on a busy CPU, and its CPU time alone reads
 //     it half idle. Go's scheduler latency cannot see it: a goroutine on a
-//     thread the kernel set aside counts as running.
+//     thread the kernel set aside counts as running. The wait counted is
+//     at most the time others had the CPUs the process may run on (their
+//     busy time in /proc/stat, the hypervisor's steal included, less the
+//     process's own): the kernel's figure also counts the time an idle
+//     virtual CPU takes to be scheduled again, which a server woken by
+//     thousands of packets a second pays thousands of times, and which
+//     read as a saturated CPU on a server refusing a flood with its CPU
+//     40% idle.
 //   - sched_latency: the p99 of the Go scheduler latency recorded since the
 //     last sample (runtime/metrics /sched/latencies:seconds), against
 //     Config.SchedLatencyTarget: how long runnable goroutines wait for a

@@ -10,4 +10,4 @@ type runWaitReader struct{}
 
 func newRunWaitReader() *runWaitReader { return &runWaitReader{} }
 
-func (r *runWaitReader) read() (time.Duration, bool) { return 0, false }
+func (r *runWaitReader) read(time.Duration) (time.Duration, bool) { return 0, false }

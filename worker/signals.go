@@ -23,10 +23,10 @@ const (
 // cpuSignal reads the CPU this process wants as a share of the budget:
 // the CPU time it used (gopsutil: user + system) and, on Linux, the time
 // its threads waited in the kernel's run queue for a CPU given to another
-// process (runWaitReader). With a neighbour taking half of a one-CPU
-// budget, a CPU-bound server uses half a CPU and waits for the other half:
-// it is as saturated as alone on the CPU, and its CPU time alone reads it
-// half idle.
+// process (runWaitReader, which caps it at the time others had the CPUs).
+// With a neighbour taking half of a one-CPU budget, a CPU-bound server uses
+// half a CPU and waits for the other half: it is as saturated as alone on
+// the CPU, and its CPU time alone reads it half idle.
 type cpuSignal struct {
 	proc     *process.Process
 	capacity float64 // budget × Full, in CPUs
@@ -62,14 +62,14 @@ func (s *cpuSignal) cpuSeconds() (float64, error) {
 // broken gauge would take the service down for no reason.
 func (s *cpuSignal) Read() float64 {
 	c, err := s.cpuSeconds()
-	waited, _ := s.wait.read()
+	dc := c - s.lastCPU
+	waited, _ := s.wait.read(time.Duration(max(0, dc) * float64(time.Second)))
 	w := s.now()
 	s.used, s.waited = 0, 0
 	if err != nil {
 		return 0
 	}
 	dt := w.Sub(s.lastWall).Seconds()
-	dc := c - s.lastCPU
 	s.lastCPU, s.lastWall = c, w
 	if dt <= 0 || dc < 0 || s.capacity <= 0 {
 		return 0
