@@ -137,7 +137,11 @@ func TestRunWaitOthersBusyReadsTheAllowedCPUs(t *testing.T) {
 // away, and the CPU signal reads it in its cpu_wait part.
 func TestRunWaitSeesANeighbour(t *testing.T) {
 	if os.Getenv("LOADSHED_TEST_BURN") == "1" {
-		burn(make(chan struct{})) // the neighbour: killed by its parent
+		// The neighbour: killed by its parent, and gone by itself if the
+		// parent dies first.
+		stop := make(chan struct{})
+		time.AfterFunc(10*time.Second, func() { close(stop) })
+		burn(stop)
 		return
 	}
 	r := newRunWaitReader()
