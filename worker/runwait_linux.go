@@ -2,10 +2,13 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/cpu"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,18 +38,15 @@ type runWaitReader struct {
 	// busy is the busy time of each CPU at the last read, in clock ticks
 	// (/proc/stat), -1 for a CPU not seen.
 	busy []int64
-	// stat and allowed are /proc/stat's path and the CPUs the process may
-	// run on (tests replace them).
-	stat    string
+	// env is the context gopsutil reads /proc/stat with, and allowed gives
+	// the CPUs the process may run on; tests point env at a fake /proc
+	// (gopsutil's HOST_PROC) and replace allowed.
+	env     context.Context
 	allowed func(*unix.CPUSet) error
 }
 
-// clockTicks is the unit of /proc/stat's times (USER_HZ), 100 on every
-// Linux architecture Go supports.
-const clockTicks = 100
-
 func newRunWaitReader() *runWaitReader {
-	r := &runWaitReader{seen: make(map[int]uint64), buf: make([]byte, 0, 128), stat: "/proc/stat",
+	r := &runWaitReader{seen: make(map[int]uint64), buf: make([]byte, 0, 128), env: context.Background(),
 		allowed: func(set *unix.CPUSet) error { return unix.SchedGetaffinity(0, set) }}
 	r.read(0) // what was waited before now is not news
 	return r
@@ -130,44 +130,26 @@ func (r *runWaitReader) othersBusy(used time.Duration) (time.Duration, bool) {
 	if r.allowed(&set) != nil {
 		return 0, false
 	}
-	stat, err := os.ReadFile(r.stat)
+	times, err := cpu.NewExLinux().TimesWithContext(r.env, true)
 	if err != nil {
 		return 0, false
 	}
 	var ticks int64
 	ok := false
-	for line := range bytes.Lines(stat) {
-		if !bytes.HasPrefix(line, []byte("cpu")) || len(line) < 4 || line[3] < '0' || line[3] > '9' {
-			continue // the "cpu" total, and what follows the CPUs
-		}
-		fields := bytes.Fields(line)
-		cpu, err := strconv.Atoi(string(fields[0][3:]))
-		if err != nil || cpu < 0 || cpu >= len(set)*64 || len(fields) < 9 {
+	for _, t := range times {
+		n, err := strconv.Atoi(strings.TrimPrefix(t.CPU, "cpu"))
+		if err != nil || n < 0 || n >= len(set)*64 {
 			continue
 		}
-		// user nice system idle iowait irq softirq steal: all but idle
-		// and iowait are busy (guest time is within user).
-		var busy int64
-		for i, f := range fields[1:9] {
-			if i == 3 || i == 4 {
-				continue
-			}
-			v, err := strconv.ParseInt(string(f), 10, 64)
-			if err != nil {
-				busy = -1
-				break
-			}
-			busy += v
-		}
-		if busy < 0 {
-			continue
-		}
-		for len(r.busy) <= cpu {
+		// All but idle and iowait are busy, the hypervisor's steal too;
+		// guest time is within user.
+		busy := int64(t.User + t.Nice + t.System + t.Irq + t.Softirq + t.Steal)
+		for len(r.busy) <= n {
 			r.busy = append(r.busy, -1)
 		}
-		before := r.busy[cpu]
-		r.busy[cpu] = busy
-		if !set.IsSet(cpu) {
+		before := r.busy[n]
+		r.busy[n] = busy
+		if !set.IsSet(n) {
 			continue
 		}
 		ok = true
@@ -175,5 +157,5 @@ func (r *runWaitReader) othersBusy(used time.Duration) (time.Duration, bool) {
 			ticks += busy - before
 		}
 	}
-	return time.Duration(ticks)*time.Second/clockTicks - used, ok
+	return time.Duration(float64(ticks)*float64(time.Second)/cpu.ClocksPerSec) - used, ok
 }

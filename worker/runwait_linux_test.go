@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/common"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,7 +106,7 @@ func TestRunWaitOthersBusyReadsTheAllowedCPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &runWaitReader{stat: stat, allowed: func(set *unix.CPUSet) error {
+	r := &runWaitReader{env: procAt(dir), allowed: func(set *unix.CPUSet) error {
 		set.Zero()
 		set.Set(0)
 		set.Set(2)
@@ -126,10 +128,15 @@ func TestRunWaitOthersBusyReadsTheAllowedCPUs(t *testing.T) {
 	if got, _ := r.othersBusy(0); got != 100*time.Millisecond {
 		t.Fatalf("othersBusy = %v, want 100ms (10 ticks on CPU 2)", got)
 	}
-	r.stat = filepath.Join(dir, "missing")
+	r.env = procAt(filepath.Join(dir, "missing"))
 	if _, ok := r.othersBusy(0); ok {
 		t.Fatal("othersBusy read a missing file")
 	}
+}
+
+// procAt is a context in which gopsutil reads /proc at dir.
+func procAt(dir string) context.Context {
+	return context.WithValue(context.Background(), common.EnvKey, common.EnvMap{common.HostProcEnvKey: dir})
 }
 
 // A neighbour process burning the CPU a thread of this process is pinned
