@@ -283,20 +283,18 @@ func windowedLimiter(initial int64, base float64, service func(n float64) (laten
 	}
 }
 
-// stallThenSpare returns a run of six saturated windows, then after
-// windows with the CPU spare, and the limit after each.
-func stallThenSpare(l *limiter, window func(capped bool) int64) func(after int) []int64 {
-	return func(after int) []int64 {
-		var seen []int64
-		for range 6 {
-			seen = append(seen, window(true))
-		}
-		l.spare.Store(true)
-		for range after {
-			seen = append(seen, window(false))
-		}
-		return seen
+// stallThenSpare runs six saturated windows, then after windows with the
+// CPU spare, and returns the limit after each.
+func stallThenSpare(l *limiter, window func(capped bool) int64, after int) []int64 {
+	var seen []int64
+	for range 6 {
+		seen = append(seen, window(true))
 	}
+	l.spare.Store(true)
+	for range after {
+		seen = append(seen, window(false))
+	}
+	return seen
 }
 
 // A moment's saturation (a stall of the host read as a saturated
@@ -375,7 +373,8 @@ func TestLearntLimitRegrowthEndsAtTheKnee(t *testing.T) {
 		}
 		return latency, n / latency
 	}
-	seen := stallThenSpare(windowedLimiter(20, 35*ms, service))(20)
+	l, window := windowedLimiter(20, 35*ms, service)
+	seen := stallThenSpare(l, window, 20)
 	if top := slices.Max(seen[16:]); top > 9 {
 		t.Errorf("limit up to %d in the last ten windows on a service whose knee is 6 (%v), want 9 at most", top, seen)
 	}
@@ -396,7 +395,7 @@ func TestLearntLimitRegrowthGoesOnWhileThroughputFollows(t *testing.T) {
 	}
 	l, window := windowedLimiter(18, 30*ms*(1+18.0/40), service)
 	from := l.Limit()
-	seen := stallThenSpare(l, window)(8)
+	seen := stallThenSpare(l, window, 8)
 	if got, want := seen[len(seen)-1], int64(capShrink*float64(from)); got < want {
 		t.Errorf("limit %d eight windows after the saturation (%v), want back at %d (%.1f of the %d it was read at)", got, seen, want, capShrink, from)
 	}
