@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -267,6 +269,14 @@ type flood struct {
 	// server is then offered another load than the one reported.
 	lateP99 time.Duration
 	late    float64
+	// stalled is the share of the generator's goroutines that, made
+	// runnable, waited more than stalledBy to run (its Go scheduler's
+	// latencies over the flood); stalledP999 their 99.9th percentile.
+	// The sends can keep their pace while the goroutines that read the
+	// answers wait: each such wait is added to a request's latency, and
+	// the server is not its cause (see generatorWaits).
+	stalled     float64
+	stalledP999 time.Duration
 }
 
 // lateBy is how late an arrival may be sent before it counts as late.
@@ -290,6 +300,7 @@ func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure
 		inFlight atomic.Int64
 	)
 	total := warmup + measure
+	waits := readSchedLatencies()
 	start := time.Now()
 	if len(changes) > 0 {
 		// One goroutine applies them in turn: a change may undo the last.
@@ -344,6 +355,7 @@ func (c *loadClient) openLoop(ctx context.Context, rate float64, warmup, measure
 	}
 	wg.Wait()
 	f := flood{samples: out, lateP99: percentile(lates, 0.99)}
+	f.stalled, f.stalledP999 = generatorWaits(waits, readSchedLatencies())
 	n := 0
 	for _, l := range lates {
 		if l > lateBy {
@@ -444,4 +456,69 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(ds))+0.5) - 1
 	i = max(0, min(i, len(ds)-1))
 	return ds[i]
+}
+
+// stalledBy is how long a goroutine of the load generator may wait to run
+// before the wait counts as the generator's stall.
+//
+// At 50x in the tenant scenarios the generator sends about 5,000 requests
+// a second from its one CPU, which it keeps about half busy. On a machine
+// where a system call costs two or three times what it costs elsewhere,
+// a hiccup there (a garbage collection, a moment of stolen time) left it
+// behind, and behind it stayed: more requests out, more goroutines and
+// connections, more work for each answer. In runs of tenant-io at 50x its
+// CPU was busy without a break for two seconds while the server's idled
+// half the time; every request sent meanwhile, refusals of a millisecond
+// among them, measured 0.3 to 1s, and the light clients' p99 read 5 to 12
+// times the floor's. The goroutines that wait for the answers then wait
+// to run: in those runs 1 to 6% of the generator's goroutines' waits to run
+// lasted over
+// 50ms to run (p99 0.1 to 0.7s), against none to 0.04% (p99 1.6 to 4.2ms) in
+// the runs without such a stall, whose light clients' p99 read 1.2 to
+// 1.5 times the floor's.
+const stalledBy = 50 * time.Millisecond
+
+// readSchedLatencies reads the Go scheduler's latencies of this process
+// (how long goroutines waited, runnable, before they ran) so far; nil if
+// the runtime does not keep them.
+func readSchedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// generatorWaits is, between two readings of the scheduler's latencies,
+// the share of waits longer than stalledBy and the 99.9th percentile of
+// the waits (the upper bound of its bucket).
+func generatorWaits(a, b *metrics.Float64Histogram) (stalled float64, p999 time.Duration) {
+	if a == nil || b == nil || len(a.Counts) != len(b.Counts) {
+		return 0, 0
+	}
+	var total, over uint64
+	for i := range b.Counts {
+		n := b.Counts[i] - a.Counts[i]
+		total += n
+		if b.Buckets[i] >= stalledBy.Seconds() {
+			over += n
+		}
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	var seen uint64
+	for i := range b.Counts {
+		seen += b.Counts[i] - a.Counts[i]
+		if float64(seen) >= 0.999*float64(total) {
+			if up := b.Buckets[i+1]; !math.IsInf(up, 1) {
+				p999 = time.Duration(up * float64(time.Second))
+			} else {
+				p999 = time.Duration(b.Buckets[i] * float64(time.Second))
+			}
+			break
+		}
+	}
+	return float64(over) / float64(total), p999
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/metrics"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,5 +69,59 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGeneratorWaits(t *testing.T) {
+	// Buckets in seconds: [0, 1ms), [1ms, 10ms), [10ms, 100ms), [100ms, 1s), [1s, +Inf).
+	buckets := []float64{0, 0.001, 0.01, 0.1, 1, math.Inf(1)}
+	a := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{100, 10, 0, 0, 0}}
+	// Between the readings: 9,000 waits under 1ms, 970 under 10ms, 20 under
+	// 100ms, 10 under 1s. Over stalledBy (50ms): the buckets from 100ms on
+	// (whole buckets only: the one holding 50ms counts as under).
+	b := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{9100, 980, 20, 10, 0}}
+	stalled, p999 := generatorWaits(a, b)
+	if stalled != 10.0/10000 {
+		t.Errorf("stalled %v, want 0.001", stalled)
+	}
+	// The 9,990th of 10,000 is in [10ms, 100ms).
+	if p999 != 100*time.Millisecond {
+		t.Errorf("p99.9 %s, want 100ms", p999)
+	}
+	// The last bucket's upper bound is infinite: its lower one is given.
+	c := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{100, 10, 0, 0, 50}}
+	if _, p999 := generatorWaits(a, c); p999 != time.Second {
+		t.Errorf("p99.9 in the open bucket: %s, want 1s", p999)
+	}
+	if s, p := generatorWaits(a, a); s != 0 || p != 0 {
+		t.Errorf("no waits between: %v, %s", s, p)
+	}
+	if s, _ := generatorWaits(nil, b); s != 0 {
+		t.Errorf("no first reading: %v", s)
+	}
+}
+
+func TestGeneratorWaitsSeeAStall(t *testing.T) {
+	a := readSchedLatencies()
+	if a == nil {
+		t.Skip("the runtime keeps no scheduler latencies")
+	}
+	// One P and ten goroutines that each want it for 30ms: the runtime
+	// hands it round in slices of 10ms, so the later ones wait 50-90ms
+	// before they first run.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+			}
+		}()
+	}
+	wg.Wait()
+	stalled, p999 := generatorWaits(a, readSchedLatencies())
+	if stalled == 0 || p999 < stalledBy {
+		t.Errorf("ten goroutines sharing one P: stalled %v, p99.9 %s", stalled, p999)
 	}
 }

@@ -25,6 +25,9 @@ import (
 //     time);
 //   - the load generator sent more than maxLate of its requests more than
 //     lateBy after their planned arrival;
+//   - more than maxStalled of the load generator's goroutines waited over
+//     stalledBy to run: it sent on time but read the answers late
+//     (stalledBy says when that happens);
 //   - the server's CPU ran the requests' work more than maxSpeedChange
 //     slower or faster than when the capacity was measured, where the
 //     capacity is the CPU's (cpuspeed.go);
@@ -40,6 +43,7 @@ const (
 	maxForeign        = 0.10
 	maxSteal          = 0.05
 	maxLate           = 0.01
+	maxStalled        = 0.001
 	minCalibrationCPU = 0.95
 )
 
@@ -131,6 +135,9 @@ type quiet struct {
 	steal   float64 // share of all CPU time stolen by the hypervisor
 	late    float64 // share of requests sent more than lateBy late
 	lateP99 time.Duration
+	// stalled and stalledP999 are the generator's waits to run (flood).
+	stalled     float64
+	stalledP999 time.Duration
 	// overflows is how many connections the machine's listen queues had
 	// no room for during the step (ListenOverflows in /proc/net/netstat).
 	// It is reported, not judged as the machine's noise: a server whose
@@ -158,7 +165,7 @@ type quiet struct {
 // Without pinning there is no server CPU to look at: only steal and the
 // generator's lateness are judged.
 func quietBetween(a, b cpuTimes, pinned bool, server, extra time.Duration, f flood) quiet {
-	q := quiet{late: f.late, lateP99: f.lateP99}
+	q := quiet{late: f.late, lateP99: f.lateP99, stalled: f.stalled, stalledP999: f.stalledP999}
 	if a.overflows >= 0 && b.overflows >= 0 {
 		q.overflows = b.overflows - a.overflows
 	}
@@ -203,6 +210,9 @@ func (q quiet) trusted() (bool, string) {
 	}
 	if q.late > maxLate {
 		why = append(why, fmt.Sprintf("the load generator sent %.1f%% of its requests over %s late (p99 %s)", 100*q.late, lateBy, ms(q.lateP99)))
+	}
+	if q.stalled > maxStalled {
+		why = append(why, fmt.Sprintf("the load generator fell behind reading the answers: %.2f%% of its goroutines waited over %s to run (p99.9 %s)", 100*q.stalled, ms(stalledBy), ms(q.stalledP999)))
 	}
 	return len(why) == 0, strings.Join(why, "; ")
 }

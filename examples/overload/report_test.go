@@ -180,13 +180,14 @@ func TestSteadyLeavesOutTheChanges(t *testing.T) {
 }
 
 func TestABusyMachineIsNotTrusted(t *testing.T) {
-	if ok, why := (quiet{known: true, foreign: 0.02, steal: 0.01, late: 0.001}).trusted(); !ok {
+	if ok, why := (quiet{known: true, foreign: 0.02, steal: 0.01, late: 0.001, stalled: 0.0004}).trusted(); !ok {
 		t.Errorf("a quiet machine: not trusted (%s)", why)
 	}
 	for _, q := range []quiet{
 		{known: true, foreign: 0.2},
 		{known: true, steal: 0.1},
 		{late: 0.05, lateP99: 30 * time.Millisecond},
+		{stalled: 0.02, stalledP999: 800 * time.Millisecond},
 		{known: true, saturating: true, serverCPU: 0.85},
 	} {
 		if ok, why := q.trusted(); ok || why == "" {
