@@ -106,22 +106,24 @@ func TestGeneratorWaitsSeeAStall(t *testing.T) {
 	if a == nil {
 		t.Skip("the runtime keeps no scheduler latencies")
 	}
-	// One P and ten goroutines that each want it for 30ms: the runtime
-	// hands it round in slices of 10ms, so the later ones wait 50-90ms
-	// before they first run.
+	// One P and 200 goroutines that each want it for 2ms, less than the
+	// runtime's slice of 10ms: they run one after the other, and all but
+	// the first 25 wait over 50ms (up to 400ms) before they run. The
+	// runtime records only some of the waits (every eighth), so there
+	// must be many.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var wg sync.WaitGroup
-	for range 10 {
+	for range 200 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+			for end := time.Now().Add(2 * time.Millisecond); time.Now().Before(end); {
 			}
 		}()
 	}
 	wg.Wait()
 	stalled, p999 := generatorWaits(a, readSchedLatencies())
 	if stalled == 0 || p999 < stalledBy {
-		t.Errorf("ten goroutines sharing one P: stalled %v, p99.9 %s", stalled, p999)
+		t.Errorf("200 goroutines sharing one P: stalled %v, p99.9 %s", stalled, p999)
 	}
 }
