@@ -469,12 +469,11 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 // connections, more work for each answer. In runs of tenant-io at 50x its
 // CPU was busy without a break for two seconds while the server's idled
 // half the time; every request sent meanwhile, refusals of a millisecond
-// among them, measured 0.3 to 1s, and the light clients' p99 read 5 to 12
+// among them, measured 0.3 to 1s, and the light clients' p99 read 3 to 12
 // times the floor's. The goroutines that wait for the answers then wait
-// to run: in those runs 1 to 6% of the generator's goroutines' waits to run
-// lasted over
-// 50ms to run (p99 0.1 to 0.7s), against none to 0.04% (p99 1.6 to 4.2ms) in
-// the runs without such a stall, whose light clients' p99 read 1.2 to
+// to run: in those runs 1 to 6% of the generator's waits to run lasted
+// over 50ms (p99 0.1 to 0.7s), against none to 0.04% (p99 1.6 to 4.2ms)
+// in the runs without such a stall, whose light clients' p99 read 1.2 to
 // 1.5 times the floor's.
 const stalledBy = 50 * time.Millisecond
 
@@ -491,8 +490,8 @@ func readSchedLatencies() *metrics.Float64Histogram {
 }
 
 // generatorWaits is, between two readings of the scheduler's latencies,
-// the share of waits longer than stalledBy and the 99.9th percentile of
-// the waits (the upper bound of its bucket).
+// the share of waits in the buckets from stalledBy up and the 99.9th
+// percentile of the waits (the upper bound of its bucket).
 func generatorWaits(a, b *metrics.Float64Histogram) (stalled float64, p999 time.Duration) {
 	if a == nil || b == nil || len(a.Counts) != len(b.Counts) {
 		return 0, 0
