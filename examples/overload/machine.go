@@ -31,6 +31,18 @@ import (
 //   - the server's CPU ran the requests' work more than maxSpeedChange
 //     slower or faster than when the capacity was measured, where the
 //     capacity is the CPU's (cpuspeed.go);
+//   - a refusal's cost, measured just before or just after the step's
+//     load (one round of refusal.go's measurement each), was more than
+//     maxRefusalDrift away from the cost the step's goodput bound prices,
+//     either way: the machine changed under the step in a way the work's
+//     speed need not show. The work is a loop of arithmetic; reading
+//     requests and answering them is system calls and memory, and a
+//     neighbour that slows those (a busy sibling hyperthread, a host's
+//     other guests) can leave the loop's speed alone. Back-to-back rounds
+//     on a quiet machine read within 8% of each other (31.8-37.1µs); on
+//     a shared virtual machine the cost read 28.0µs before one scenario
+//     and 59.9µs before the next, minutes apart, while the work's speed
+//     stayed within 5% of its calibration's;
 //   - while the capacity of a CPU-bound server was measured, the server
 //     used less than minCalibrationCPU of its CPU: the closed loop did not
 //     keep it busy, and the capacity every step is judged against reads
@@ -44,6 +56,7 @@ const (
 	maxSteal          = 0.05
 	maxLate           = 0.01
 	maxStalled        = 0.001
+	maxRefusalDrift   = 0.25
 	minCalibrationCPU = 0.95
 )
 
@@ -157,6 +170,26 @@ type quiet struct {
 	// than in the calibration (speedChange; 0: unknown, or the capacity
 	// not the CPU's).
 	speed float64
+	// refusalCost is the cost of a refusal the goodput bound prices, and
+	// refusalAround the same measured just before and just after the
+	// step's load (0: not measured).
+	refusalCost   time.Duration
+	refusalAround [2]time.Duration
+}
+
+// refusalDrift is how far, as a share, a refusal's cost measured around
+// the step strayed from the one its bound prices, either way (0: unknown).
+func (q quiet) refusalDrift() float64 {
+	var d float64
+	if q.refusalCost <= 0 {
+		return 0
+	}
+	for _, c := range q.refusalAround {
+		if c > 0 {
+			d = max(d, math.Abs(float64(c)/float64(q.refusalCost)-1))
+		}
+	}
+	return d
 }
 
 // quietBetween compares two readings; extra is CPU time the scenario's
@@ -207,6 +240,9 @@ func (q quiet) trusted() (bool, string) {
 			how = "faster"
 		}
 		why = append(why, fmt.Sprintf("the server's CPU ran the requests' work %.1f%% %s than when the capacity was measured", 100*math.Abs(q.speed), how))
+	}
+	if d := q.refusalDrift(); d > maxRefusalDrift {
+		why = append(why, fmt.Sprintf("a refusal cost the server %s before this load and %s after it, against the %s its bound prices", us(q.refusalAround[0]), us(q.refusalAround[1]), us(q.refusalCost)))
 	}
 	if q.late > maxLate {
 		why = append(why, fmt.Sprintf("the load generator sent %.1f%% of its requests over %s late (p99 %s)", 100*q.late, lateBy, ms(q.lateP99)))

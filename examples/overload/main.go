@@ -487,14 +487,25 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	if o.quick {
 		rounds, length = 1, time.Second
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "server-refuser.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
+	refuserLog := filepath.Join(dir, "server-refuser.log")
+	if err := os.WriteFile(refuserLog, nil, 0o644); err != nil {
 		return nil, err
 	}
-	rep.refusalCost, err = measureRefusalCost(ctx, pin, logf, rounds, length)
-	logf.Close()
+	refusalCost := func(rounds int) (time.Duration, error) {
+		logf, err := os.OpenFile(refuserLog, os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		defer logf.Close()
+		cost, err := measureRefusalCost(ctx, pin, logf, rounds, length)
+		if err != nil {
+			return 0, fmt.Errorf("measuring what a refusal costs: %w", err)
+		}
+		return cost, nil
+	}
+	rep.refusalCost, err = refusalCost(rounds)
 	if err != nil {
-		return nil, fmt.Errorf("measuring what a refusal costs: %w", err)
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "a refusal costs the server %s of CPU (net/http's least: a 503, %d a second over %d connections, the least of %d × %s); each goodput is judged against capacity × (1 − refusals/s × that)\n",
 		us(rep.refusalCost), refusalRate, refusalConns, rounds, length)
@@ -502,8 +513,13 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 	// Steps outer, set-ups inner: the set-ups compared at one load run
 	// within seconds of each other, so a machine whose other work comes and
 	// goes treats them alike.
+	// Each load's steps are bracketed by a round of the same measurement,
+	// so that a machine that changed under them is seen (machine.go); a
+	// load's lines are printed once the round after it is in.
 	blindRate := int64(o.headroom*rep.capacity/float64(o.instances) + 0.5)
+	before := rep.refusalCost
 	for _, mult := range o.steps {
+		first := len(rep.steps)
 		for _, setup := range o.setups {
 			// A fresh server per step: no step inherits the last one's
 			// backlog (an unprotected server still burns CPU for requests
@@ -515,13 +531,22 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 					return err
 				}
 				rep.steps = append(rep.steps, st)
-				fmt.Fprintln(stdout, st.progressLine())
 				return nil
 			})
 			if err != nil {
 				return nil, err
 			}
 		}
+		after, err := refusalCost(1)
+		if err != nil {
+			return nil, err
+		}
+		for i := first; i < len(rep.steps); i++ {
+			rep.steps[i].quiet.refusalCost = rep.refusalCost
+			rep.steps[i].quiet.refusalAround = [2]time.Duration{before, after}
+			fmt.Fprintln(stdout, rep.steps[i].progressLine())
+		}
+		before = after
 	}
 	rep.loadAfter = runrecord.LoadAverage()
 	return rep, nil

@@ -62,6 +62,11 @@ func TestQuickRun(t *testing.T) {
 		if s.Floor.Goodput <= 0 || s.Floor.CriticalP99 <= 0 {
 			t.Errorf("%s at %.1f×: no floor (%+v)", s.Setup, s.Load, s.Floor)
 		}
+		// Each load is bracketed by a refusal's cost, the first load by
+		// the one the bounds price.
+		if a := s.RefusalCostAround; len(a) != 2 || a[0] <= 0 || a[1] <= 0 || (s.Load == rep.Steps[0].Load && a[0] != rep.RefusalCost) {
+			t.Errorf("%s at %.1f×: a refusal's cost around the step %v (the bound's %.1fµs)", s.Setup, s.Load, a, rep.RefusalCost)
+		}
 	}
 	for _, name := range []string{"overload.svg", "overload.png", "overload.txt"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {

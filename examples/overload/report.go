@@ -494,8 +494,12 @@ type jsonStep struct {
 	// requests' work than in the calibration, as a share (negative:
 	// slower), where the capacity is the CPU's (cpuspeed.go).
 	CPUSpeedChange float64 `json:"cpu_speed_change,omitempty"`
-	Trusted        bool    `json:"trusted"`
-	Untrusted      string  `json:"untrusted_because,omitempty"`
+	// RefusalCostAround is a refusal's cost, in µs, measured just before
+	// and just after the step's load (the report's RefusalCost is the one
+	// its bound prices).
+	RefusalCostAround []float64 `json:"refusal_cost_around_us,omitempty"`
+	Trusted           bool      `json:"trusted"`
+	Untrusted         string    `json:"untrusted_because,omitempty"`
 	// Refusals is the step's 429s and 503s per second; GoodputBound the
 	// capacity they leave, capacity × (1 − refusals × the refusal cost).
 	Refusals     float64 `json:"refusals_per_second"`
@@ -580,6 +584,9 @@ func (r *report) json() jsonReport {
 		}
 		js.ListenOverflows = s.quiet.overflows
 		js.CPUSpeedChange = s.quiet.speed
+		if a := s.quiet.refusalAround; a[0] > 0 && a[1] > 0 {
+			js.RefusalCostAround = []float64{float64(a[0]) / float64(time.Microsecond), float64(a[1]) / float64(time.Microsecond)}
+		}
 		for _, rc := range s.recoveries {
 			js.RecoverySeconds = append(js.RecoverySeconds, rc.back.Seconds())
 		}

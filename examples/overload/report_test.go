@@ -189,6 +189,9 @@ func TestABusyMachineIsNotTrusted(t *testing.T) {
 		{late: 0.05, lateP99: 30 * time.Millisecond},
 		{stalled: 0.02, stalledP999: 800 * time.Millisecond},
 		{known: true, saturating: true, serverCPU: 0.85},
+		// The machine changed under the step, either way.
+		{refusalCost: 28 * time.Microsecond, refusalAround: [2]time.Duration{28 * time.Microsecond, 60 * time.Microsecond}},
+		{refusalCost: 60 * time.Microsecond, refusalAround: [2]time.Duration{40 * time.Microsecond, 0}},
 	} {
 		if ok, why := q.trusted(); ok || why == "" {
 			t.Errorf("%+v: trusted", q)
@@ -199,6 +202,15 @@ func TestABusyMachineIsNotTrusted(t *testing.T) {
 	}
 	if ok, why := (quiet{known: true, serverCPU: 0.5}).trusted(); !ok {
 		t.Errorf("a step at half load: not trusted (%s)", why)
+	}
+	// Single rounds read a little above the least of several.
+	q := quiet{refusalCost: 32 * time.Microsecond, refusalAround: [2]time.Duration{32 * time.Microsecond, 37 * time.Microsecond}}
+	if ok, why := q.trusted(); !ok {
+		t.Errorf("a refusal's cost within 16%%: not trusted (%s)", why)
+	}
+	q.refusalAround[1] = 41 * time.Microsecond
+	if ok, why := q.trusted(); ok || !strings.Contains(why, "41.0µs after it, against the 32.0µs") {
+		t.Errorf("a refusal's cost 28%% up: trusted %v (%s)", ok, why)
 	}
 	// A failed target on an untrusted step is UNSURE, not FAIL.
 	r := &report{opts: options{setups: nil}, calibration: quiet{known: true, foreign: 0.3}}
