@@ -512,10 +512,10 @@ func runScenario(ctx context.Context, o options, pin pinning, name, dir string, 
 
 	// Steps outer, set-ups inner: the set-ups compared at one load run
 	// within seconds of each other, so a machine whose other work comes and
-	// goes treats them alike.
-	// Each load's steps are bracketed by a round of the same measurement,
-	// so that a machine that changed under them is seen (machine.go); a
-	// load's lines are printed once the round after it is in.
+	// goes treats them alike. Each load's steps are bracketed by a round of
+	// the refusal's measurement, so that a machine that changed under them
+	// is seen (machine.go); a load's lines are printed once the round
+	// after it is in.
 	blindRate := int64(o.headroom*rep.capacity/float64(o.instances) + 0.5)
 	before := rep.refusalCost
 	for _, mult := range o.steps {
