@@ -39,7 +39,7 @@ import (
 //     requests and answering them is system calls and memory, and a
 //     neighbour that slows those (a busy sibling hyperthread, a host's
 //     other guests) can leave the loop's speed alone. Back-to-back rounds
-//     on a quiet machine read within 8% of each other (31.8-37.1µs); on
+//     on a quiet machine read within 8% of their mean (31.8-37.1µs); on
 //     a shared virtual machine the cost read 28.0µs before one scenario
 //     and 59.9µs before the next, minutes apart, while the work's speed
 //     stayed within 5% of its calibration's;
