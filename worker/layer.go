@@ -116,7 +116,8 @@ type signal struct {
 // busyAbove is the CPU or scheduler reading from which the learnt limit's
 // admissions yield once (Layer.busyCPU); from cpuSaturated of the CPU
 // (with the learnt limit's CPU.Full of 1.25: 7/8 of the budget busy), or a
-// scheduler latency at its target, the limit shrinks (limiter.capped).
+// scheduler latency at its target with the CPU at least busyAbove, the
+// limit shrinks (limiter.capped).
 const (
 	busyAbove    = 0.5
 	cpuSaturated = 0.7
@@ -286,6 +287,9 @@ func (l *Layer) tick() {
 	l.last = now
 	pressure, utilization, busy, saturated, backlogged := 0.0, 0.0, false, false, false
 	spareCPU := true
+	// The CPU's reading, and whether the scheduler latency is at its
+	// target: the two decide saturation together (below).
+	cpuSeen, cpuAvg, schedFull := false, 0.0, false
 	readings := make([]float64, len(l.signals))
 	for i := range l.signals {
 		s := &l.signals[i]
@@ -309,14 +313,30 @@ func (l *Layer) tick() {
 		if s.name == SignalCPU && s.avg >= busyAbove {
 			spareCPU = false
 		}
-		switch {
-		case s.name != SignalCPU && s.name != SignalSchedLatency:
-		case s.avg >= 1, s.name == SignalCPU && s.avg >= cpuSaturated:
-			saturated = true
-			fallthrough
-		case s.avg >= busyAbove:
-			busy = true
+		switch s.name {
+		case SignalCPU:
+			cpuSeen, cpuAvg = true, math.Max(cpuAvg, s.avg)
+			saturated = saturated || s.avg >= cpuSaturated
+			busy = busy || s.avg >= busyAbove
+		case SignalSchedLatency:
+			schedFull = schedFull || s.avg >= 1
+			busy = busy || s.avg >= busyAbove
 		}
+	}
+	// A scheduler latency at its target is saturation only with the CPU at
+	// least half busy (or unread). With less the CPU has room, and what
+	// the p99 of run-queue waits saw is bursts: on a service whose
+	// requests wait on a pool, then burn CPU, calls that end together
+	// queue for the CPU together (the demonstration's mixed service read
+	// 0.84-0.97 of its 40ms target with the CPU 0.35-0.55 busy). Counted,
+	// those bursts capped the limit, which fell from 16 to 8 in two
+	// windows and stayed below the knee. Ten runs of mixed at 2x,
+	// alternated: goodput 89.9-98.6% of the bound (mean 95.4%) against
+	// 88.3-96.4% (91.9%), critical p99 1.29-1.50x the floor's against
+	// 1.32-3.17x. A CPU-bound service under a flood reads its CPU busy
+	// (cpuSaturated) whatever its scheduler does.
+	if schedFull && (!cpuSeen || cpuAvg >= busyAbove) {
+		saturated = true
 	}
 	level := l.ctrl.step(pressure, dt)
 	l.busyCPU.Store(busy)

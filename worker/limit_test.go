@@ -429,6 +429,37 @@ func TestLearntLimitSpareCPUTakesTwoReadings(t *testing.T) {
 	}
 }
 
+// A scheduler latency at its target caps the limit only while the CPU reads
+// at least half busy: with less, the CPU has room, and the run queue's
+// waits are bursts (calls to a pool that end together), not a CPU that
+// cannot take more. A CPU at cpuSaturated caps it whatever the scheduler
+// reads.
+func TestLearntLimitSchedLatencyCapsOnlyWithTheCPUBusy(t *testing.T) {
+	var cpu, sched atomic.Uint64
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Smoothing: 1},
+		Signal{Name: SignalCPU, Read: func() float64 { return math.Float64frombits(cpu.Load()) }},
+		Signal{Name: SignalSchedLatency, Read: func() float64 { return math.Float64frombits(sched.Load()) }})
+	for _, c := range []struct {
+		cpu, sched float64
+		capped     bool
+	}{
+		{0.3, 1.2, false},
+		{busyAbove, 1.2, true},
+		{0.45, 3, false},
+		{0.6, 0.9, false},
+		{cpuSaturated, 0, true},
+		{0.2, 0.2, false},
+	} {
+		cpu.Store(math.Float64bits(c.cpu))
+		sched.Store(math.Float64bits(c.sched))
+		clock.Advance(DefaultInterval)
+		if got := l.lim.capped.Load(); got != c.capped {
+			t.Errorf("CPU %v, scheduler latency %v of its target: capped %v, want %v", c.cpu, c.sched, got, c.capped)
+		}
+	}
+}
+
 // A probe below the knee whose latency is a little over the baseline, on a
 // service whose latency grows with in flight below its knee too, learns
 // the new baseline and keeps the limit; one that reads far over it (a
