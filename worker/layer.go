@@ -286,7 +286,6 @@ func (l *Layer) tick() {
 	dt := min(now.Sub(l.last), 2*l.interval)
 	l.last = now
 	pressure, utilization, busy, saturated, backlogged := 0.0, 0.0, false, false, false
-	spareCPU := true
 	// The CPU's reading, and whether the scheduler latency is at its
 	// target: the two decide saturation together (below).
 	cpuSeen, cpuAvg, schedFull := false, 0.0, false
@@ -307,12 +306,6 @@ func (l *Layer) tick() {
 		if !s.reportOnly {
 			pressure = math.Max(pressure, s.avg)
 		}
-		if s.name == SignalSchedLatency && s.avg >= handoffBacklog {
-			backlogged = true
-		}
-		if s.name == SignalCPU && s.avg >= busyAbove {
-			spareCPU = false
-		}
 		switch s.name {
 		case SignalCPU:
 			cpuSeen, cpuAvg = true, math.Max(cpuAvg, s.avg)
@@ -321,8 +314,10 @@ func (l *Layer) tick() {
 		case SignalSchedLatency:
 			schedFull = schedFull || s.avg >= 1
 			busy = busy || s.avg >= busyAbove
+			backlogged = backlogged || s.avg >= handoffBacklog
 		}
 	}
+	spareCPU := cpuAvg < busyAbove
 	// A scheduler latency at its target is saturation only with the CPU at
 	// least half busy (or unread). With less the CPU has room, and what
 	// the p99 of run-queue waits saw is bursts: on a service whose
