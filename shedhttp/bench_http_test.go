@@ -170,27 +170,39 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 }
 
 // BenchmarkHTTPRejection prices answering a rejection: status, Retry-After,
-// the RateLimit fields and the problem document.
+// the RateLimit fields and the problem document of a client over its quota
+// (quota), and the status, Retry-After and problem document of a layer
+// shedding load (overload), the answer a flood gets thousands of times a
+// second.
 func BenchmarkHTTPRejection(b *testing.B) {
-	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
-		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
-	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	mw, err := shedhttp.New(c, shedhttp.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := mw(http.HandlerFunc(okHandler))
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		r := httptest.NewRequest("GET", "/", nil)
-		w := &discard{h: http.Header{}}
-		for pb.Next() {
-			h.ServeHTTP(w, r)
+	for _, bc := range []struct {
+		name string
+		rej  *shed.Rejection
+	}{
+		{"quota", shed.Throttled("rate limit exceeded", 3*time.Second,
+			shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})},
+		{"overload", &shed.Rejection{Layer: "worker", Status: http.StatusServiceUnavailable, Reason: "queue full", RetryAfter: time.Second}},
+	} {
+		c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{bc.rej}}})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		mw, err := shedhttp.New(c, shedhttp.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := mw(http.HandlerFunc(okHandler))
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := httptest.NewRequest("GET", "/", nil)
+				w := &discard{h: http.Header{}}
+				for pb.Next() {
+					h.ServeHTTP(w, r)
+				}
+			})
+		})
+	}
 }
 
 type rejectLayer struct{ rej *shed.Rejection }

@@ -3,7 +3,9 @@ package shedhttp
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -98,6 +100,35 @@ type problemValues struct {
 func (v *problemValues) str(b []byte) string { return appendStable(v.buf[:], &v.n, b) }
 
 func writeProblemValues(w http.ResponseWriter, status int, detail string, policies []shed.Quota, pv *problemValues) {
+	if detail == "" {
+		detail = http.StatusText(status)
+	}
+	var body []byte
+	var bp *[]byte
+	if d := cachedProblem(status, detail, policies); d != nil {
+		body, pv.vals[1] = d.body, d.length
+	} else {
+		bp = problemBufs.Get().(*[]byte)
+		body = appendProblem((*bp)[:0], status, detail, policies)
+		pv.vals[1] = pv.str(strconv.AppendInt(pv.buf[pv.n:pv.n], int64(len(body)), 10))
+	}
+	h := w.Header()
+	pv.vals[0], pv.vals[2], pv.vals[3] = ProblemContentType, "no-store", "nosniff"
+	h["Content-Type"] = pv.vals[0:1:1]
+	h["Content-Length"] = pv.vals[1:2:2]
+	h["Cache-Control"] = pv.vals[2:3:3]
+	h["X-Content-Type-Options"] = pv.vals[3:4:4]
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	if bp != nil && cap(body) <= 4096 {
+		*bp = body
+		problemBufs.Put(bp)
+	}
+}
+
+// appendProblem appends the problem document of status, detail and the
+// violated policies to b.
+func appendProblem(b []byte, status int, detail string, policies []shed.Quota) []byte {
 	typ, title := "about:blank", http.StatusText(status)
 	switch status {
 	case http.StatusTooManyRequests:
@@ -105,11 +136,6 @@ func writeProblemValues(w http.ResponseWriter, status int, detail string, polici
 	case http.StatusServiceUnavailable:
 		typ, title = ProblemReducedCapacity, titleReducedCapacity
 	}
-	if detail == "" {
-		detail = http.StatusText(status)
-	}
-	bp := problemBufs.Get().(*[]byte)
-	b := (*bp)[:0]
 	b = append(b, `{"type":`...)
 	b = appendJSONString(b, typ)
 	b = append(b, `,"title":`...)
@@ -135,21 +161,48 @@ func writeProblemValues(w http.ResponseWriter, status int, detail string, polici
 		}
 		b = append(b, ']')
 	}
-	b = append(b, "}\n"...)
+	return append(b, "}\n"...)
+}
 
-	h := w.Header()
-	pv.vals[0], pv.vals[2], pv.vals[3] = ProblemContentType, "no-store", "nosniff"
-	pv.vals[1] = pv.str(strconv.AppendInt(pv.buf[pv.n:pv.n], int64(len(b)), 10))
-	h["Content-Type"] = pv.vals[0:1:1]
-	h["Content-Length"] = pv.vals[1:2:2]
-	h["Cache-Control"] = pv.vals[2:3:3]
-	h["X-Content-Type-Options"] = pv.vals[3:4:4]
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-	if cap(b) <= 4096 {
-		*bp = b
-		problemBufs.Put(bp)
+// A problemDoc is a problem document that names no policy, built once:
+// a layer that sheds load answers thousands of requests a second with the
+// same few (status, reason) pairs, and under a flood every microsecond a
+// refusal costs is taken from the requests being served.
+type problemDoc struct {
+	status int
+	detail string
+	body   []byte // never written to once published
+	length string
+}
+
+// problemDocs holds the documents of the first (status, detail) pairs
+// seen. It is small and never evicts, so a layer whose reasons vary (a
+// number in the text) fills it and is then answered as before, built per
+// request; the usual reasons are the few the layers name.
+var problemDocs [16]atomic.Pointer[problemDoc]
+
+// cachedProblem returns the document of status and detail when it names no
+// policy, building and keeping it on first use; nil when it names policies
+// or the cache is full.
+func cachedProblem(status int, detail string, policies []shed.Quota) *problemDoc {
+	if len(policies) > 0 {
+		return nil
 	}
+	for i := range problemDocs {
+		d := problemDocs[i].Load()
+		if d == nil {
+			body := appendProblem(nil, status, detail, nil)
+			d = &problemDoc{status: status, detail: strings.Clone(detail), body: body, length: strconv.Itoa(len(body))}
+			if problemDocs[i].CompareAndSwap(nil, d) {
+				return d
+			}
+			d = problemDocs[i].Load() // another request filled it first
+		}
+		if d.status == status && d.detail == detail {
+			return d
+		}
+	}
+	return nil
 }
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD
