@@ -586,9 +586,10 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 	}
 	p := req.Priority
 	q, length, wait := l.queue, int64(0), time.Duration(0)
-	take := func() bool {
-		return !sheds(uint32(l.state.Load()), p) && l.take(cost, p)
-	}
+	// take is made only for a request that will wait: under a flood most
+	// are refused at the full queue, and a closure made before that check
+	// would be one more allocation for each of them.
+	var take func() bool
 	now := l.clock.Now()
 	if p.Index() >= l.protect {
 		// A protected request is never shed for the queue's bounds, only
@@ -600,6 +601,9 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		length, wait = l.lim.queueBounds()
 		if int64(q.Len()) >= length && !q.MakeRoom(req) {
 			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
+		}
+		take = func() bool {
+			return !sheds(uint32(l.state.Load()), p) && l.take(cost, p)
 		}
 	}
 	deadline := now.Add(wait)
