@@ -179,19 +179,10 @@ func BenchmarkHTTPRejection(b *testing.B) {
 		name string
 		rej  *shed.Rejection
 	}{
-		{"quota", shed.Throttled("rate limit exceeded", 3*time.Second,
-			shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})},
+		{"quota", quotaRejection()},
 		{"overload", &shed.Rejection{Layer: "worker", Status: http.StatusServiceUnavailable, Reason: "queue full", RetryAfter: time.Second}},
 	} {
-		c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{bc.rej}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		mw, err := shedhttp.New(c, shedhttp.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		h := mw(http.HandlerFunc(okHandler))
+		h := rejectingHandler(b, bc.rej)
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -203,6 +194,28 @@ func BenchmarkHTTPRejection(b *testing.B) {
 			})
 		})
 	}
+}
+
+// quotaRejection is a client over its per-key quota: a 429 whose answer
+// carries Retry-After and the RateLimit fields.
+func quotaRejection() *shed.Rejection {
+	return shed.Throttled("rate limit exceeded", 3*time.Second,
+		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
+}
+
+// rejectingHandler is the middleware, with its default Config, over a
+// chain whose one layer refuses every request with rej.
+func rejectingHandler(tb testing.TB, rej *shed.Rejection) http.Handler {
+	tb.Helper()
+	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mw, err := shedhttp.New(c, shedhttp.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return mw(http.HandlerFunc(okHandler))
 }
 
 type rejectLayer struct{ rej *shed.Rejection }
@@ -239,17 +252,7 @@ func TestMiddlewareAdmitAllocations(t *testing.T) {
 // the middleware: its header values in two allocations (the problem
 // document's fields and Retry-After; the RateLimit fields), and checks them.
 func TestMiddlewareRejectAllocations(t *testing.T) {
-	rej := shed.Throttled("rate limit exceeded", 3*time.Second,
-		shed.Quota{Policy: "per-key", Limit: 100, Window: time.Minute, Remaining: 0, Reset: 3 * time.Second})
-	c, err := shed.NewChain(shed.Config{Layers: []shed.Layer{rejectLayer{rej}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := shedhttp.New(c, shedhttp.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := mw(http.HandlerFunc(okHandler))
+	h := rejectingHandler(t, quotaRejection())
 	r := httptest.NewRequest("GET", "/", nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
