@@ -139,6 +139,9 @@ type limiter struct {
 	// was capped.
 	capFrom   float64
 	wasCapped bool
+	// rebased: the window before went on through a rise of latency
+	// (followed) and took its latency as the baseline.
+	rebased   bool
 	min, max  float64
 	minWindow float64 // ns
 	tolerance float64
@@ -212,6 +215,8 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 	}
 	l.window.Store(int64(math.Max(l.minWindow, 2*latency)))
 	prev := l.prev
+	rebased := l.rebased
+	l.rebased = false
 	l.prev = windowStat{inflight, latency, throughput, bound}
 	switch {
 	case l.base == 0 || latency < l.base:
@@ -280,7 +285,7 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink
-	case g < 1 && l.slowStart && bound && followed(prev, inflight, throughput):
+	case l.slowStart && bound && (g < 1 || rebased && latency > l.base) && followed(prev, inflight, throughput):
 		// Latency rose, but throughput rose with in flight: a queue
 		// inside would have held it. This service's own latency grows
 		// with its load (requests that wait on a pool, then share a
@@ -289,12 +294,16 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// Ending slow start here left such a service at two thirds of
 		// its capacity until a probe, seconds later (the mixed scenario
 		// of docs/overload.md).
-		l.base = latency
+		l.base, l.rebased = latency, true
 		est *= 1.5
-	case g < 1:
+	case g < 1 || l.slowStart && bound && rebased && latency > l.base:
 		// The knee: slow start ends here, and so does a regrowth owed,
 		// which on a service whose knee is below it would otherwise
 		// restart each time the gradient brought the limit back under.
+		// After a window that followed raised the baseline, a latency
+		// above it is a rise that throughput did not follow, within the
+		// tolerance or not: read as no queue, it let slow start go on
+		// past the knee.
 		l.slowStart, l.capFrom = false, 0
 		est += 0.5 * (est*g + allowance(est) - est)
 	case !bound:

@@ -242,6 +242,52 @@ func TestLearntLimitSlowStartGoesOnWhileThroughputFollows(t *testing.T) {
 	}
 }
 
+// A window that slow start went on through (throughput followed in flight)
+// takes its latency as the baseline, and the next window's latency, within
+// the tolerance of that baseline, does not let slow start go on by itself:
+// throughput must have followed again. On the demonstration's mixed
+// service a window past the knee read 9% over such a raised baseline, with
+// in flight barely up, and slow start went on to three times the knee.
+func TestLearntLimitSlowStartPastARaisedBaselineNeedsThroughputToFollow(t *testing.T) {
+	const ms = float64(time.Millisecond)
+	// Each window: mean in flight and latency, as the limit's growth
+	// from 4 leaves them; the last is the window after the rise, 50ms,
+	// within the tolerance of the 46ms the rise set as the baseline.
+	windows := func(last float64) [][2]float64 {
+		return [][2]float64{{4, 40 * ms}, {6, 42 * ms}, {9, 46 * ms}, {last, 50 * ms}}
+	}
+	for _, c := range []struct {
+		name      string
+		inflight  float64 // in the last window
+		limit     int64   // after it
+		slowStart bool
+	}{
+		// In flight up half, throughput up a third: below the knee,
+		// and slow start goes on.
+		{"throughput followed", 13.5, 20, true},
+		// In flight up a tenth, throughput flat: the knee.
+		{"throughput held", 10, 14, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 4, Min: 1}}.withDefaults()
+			l := newLimiter(cfg.Limit, t0)
+			var seen []int64
+			for _, w := range windows(c.inflight) {
+				l.mu.Lock()
+				l.update(w[1], w[0]/w[1], true, false)
+				l.mu.Unlock()
+				seen = append(seen, l.Limit())
+			}
+			if seen[2] != 14 {
+				t.Fatalf("limits %v, want slow start to go on through the rise at 9 (to 14)", seen)
+			}
+			if seen[3] != c.limit || l.slowStart != c.slowStart {
+				t.Errorf("limit %d, slow start %v after the window past the raised baseline (limits %v), want %d, %v", seen[3], l.slowStart, seen, c.limit, c.slowStart)
+			}
+		})
+	}
+}
+
 // While the CPU reads saturated a window closes on a few completions and
 // the limit falls by capShrink, so that a slow CPU-bound service (10ms
 // handlers, 92 a second) met by a flood at the initial limit is down to
@@ -430,7 +476,7 @@ func TestLearntLimitSpareCPUTakesTwoReadings(t *testing.T) {
 }
 
 // A scheduler latency at its target caps the limit only while the CPU reads
-// at least half busy: with less, the CPU has room, and the run queue's
+// at least schedBusyCPU: with less, the CPU has room, and the run queue's
 // waits are bursts (calls to a pool that end together), not a CPU that
 // cannot take more. A CPU at cpuSaturated caps it whatever the scheduler
 // reads.
@@ -445,9 +491,10 @@ func TestLearntLimitSchedLatencyCapsOnlyWithTheCPUBusy(t *testing.T) {
 		capped     bool
 	}{
 		{0.3, 1.2, false},
-		{busyAbove, 1.2, true},
+		{schedBusyCPU, 1.2, true},
 		{0.45, 3, false},
-		{0.6, 0.9, false},
+		{0.55, 1.2, false},
+		{0.65, 0.9, false},
 		{cpuSaturated, 0, true},
 		{0.2, 0.2, false},
 	} {
