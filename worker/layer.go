@@ -326,7 +326,7 @@ func (l *Layer) tick() {
 	// queue for the CPU together (the demonstration's mixed service read
 	// 0.84-1.02 of its 40ms target with the CPU 0.42-0.59 busy, from 2x
 	// to 10x its capacity). Counted, those bursts capped the limit, which
-	// fell from 16-20 to 8-10 in a few windows and stayed below the knee.
+	// fell from 16-20 to 8-13 in a few windows and stayed below the knee.
 	// The line was half busy once, a little under what that service
 	// reads at its capacity: in six runs of mixed at 2x, goodput fell to
 	// 83.8-90.5% of the bound in three; at 0.6, alternated with them,
