@@ -224,16 +224,11 @@ func TestLearntLimitSlowStartGoesOnWhileThroughputFollows(t *testing.T) {
 		{"latency flat below the knee", flatBelow},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			// The limiter a default layer would have, starting at 4.
-			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 4, Min: 1}}.withDefaults()
-			l := newLimiter(cfg.Limit, t0)
+			l := defaultLimiter(4)
 			var seen []int64
 			for range 8 {
 				latency, throughput := c.service(float64(l.Limit()))
-				l.mu.Lock()
-				l.update(latency, throughput, true, false)
-				l.mu.Unlock()
-				seen = append(seen, l.Limit())
+				seen = append(seen, closeWindow(l, latency, throughput, false))
 			}
 			if got := seen[len(seen)-1]; got < 12 || got > 2*12 {
 				t.Errorf("limit %d after 8 windows (%v), want between the knee, 12, and twice it", got, seen)
@@ -269,14 +264,10 @@ func TestLearntLimitSlowStartPastARaisedBaselineNeedsThroughputToFollow(t *testi
 		{"throughput held", 10, 14, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 4, Min: 1}}.withDefaults()
-			l := newLimiter(cfg.Limit, t0)
+			l := defaultLimiter(4)
 			var seen []int64
 			for _, w := range windows(c.inflight) {
-				l.mu.Lock()
-				l.update(w[1], w[0]/w[1], true, false)
-				l.mu.Unlock()
-				seen = append(seen, l.Limit())
+				seen = append(seen, closeWindow(l, w[1], w[0]/w[1], false))
 			}
 			if seen[2] != 14 {
 				t.Fatalf("limits %v, want slow start to go on through the rise at 9 (to 14)", seen)
@@ -317,16 +308,29 @@ func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
 // after it. No probe comes within a test: they move the limit for reasons
 // of their own.
 func windowedLimiter(initial int64, base float64, service func(n float64) (latency, throughput float64)) (*limiter, func(capped bool) int64) {
-	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: initial, Min: 1}}.withDefaults()
-	l := newLimiter(cfg.Limit, t0)
+	l := defaultLimiter(initial)
 	l.slowStart, l.base, l.sinceProbe = false, base, -100
 	return l, func(capped bool) int64 {
 		latency, throughput := service(float64(l.Limit()))
-		l.mu.Lock()
-		l.update(latency, throughput, true, capped)
-		l.mu.Unlock()
-		return l.Limit()
+		return closeWindow(l, latency, throughput, capped)
 	}
+}
+
+// defaultLimiter is the limiter a default layer would have, starting at
+// initial.
+func defaultLimiter(initial int64) *limiter {
+	cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: initial, Min: 1}}.withDefaults()
+	return newLimiter(cfg.Limit, t0)
+}
+
+// closeWindow closes one window in which the limit bound, at latency (ns)
+// and throughput (per ns), the CPU saturated or not, and returns the limit
+// after it.
+func closeWindow(l *limiter, latency, throughput float64, capped bool) int64 {
+	l.mu.Lock()
+	l.update(latency, throughput, true, capped)
+	l.mu.Unlock()
+	return l.Limit()
 }
 
 // stallThenSpare runs six saturated windows, then after windows with the
@@ -524,8 +528,7 @@ func TestLearntLimitRegrowsFastOnlyFromAStaleBaseline(t *testing.T) {
 		{"three times the baseline", 30 * ms, 90 * ms, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Interval: DefaultInterval, Limit: LimitConfig{Initial: 16, Min: 1}}.withDefaults()
-			l := newLimiter(cfg.Limit, t0)
+			l := defaultLimiter(16)
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.slowStart, l.base, l.saved = false, c.base, 16
