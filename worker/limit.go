@@ -275,6 +275,9 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// or not, and a saturated reading that flickers does not regrow it.
 		l.slowStart = true
 	}
+	// A latency over a baseline the window before raised (followed) is a
+	// rise, within the tolerance or not.
+	overRaised := rebased && latency > l.base
 	switch {
 	case capped:
 		// The CPU is saturated (or the scheduler backlogged): work
@@ -285,7 +288,7 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// CPU), until the CPU has room.
 		l.slowStart = false
 		est *= capShrink
-	case l.slowStart && bound && (g < 1 || rebased && latency > l.base) && followed(prev, inflight, throughput):
+	case l.slowStart && bound && (g < 1 || overRaised) && followed(prev, inflight, throughput):
 		// Latency rose, but throughput rose with in flight: a queue
 		// inside would have held it. This service's own latency grows
 		// with its load (requests that wait on a pool, then share a
@@ -296,14 +299,13 @@ func (l *limiter) update(latency, throughput float64, bound, capped bool) {
 		// of docs/overload.md).
 		l.base, l.rebased = latency, true
 		est *= 1.5
-	case g < 1 || l.slowStart && bound && rebased && latency > l.base:
+	case g < 1 || l.slowStart && bound && overRaised:
 		// The knee: slow start ends here, and so does a regrowth owed,
 		// which on a service whose knee is below it would otherwise
 		// restart each time the gradient brought the limit back under.
-		// After a window that followed raised the baseline, a latency
-		// above it is a rise that throughput did not follow, within the
-		// tolerance or not: read as no queue, it let slow start go on
-		// past the knee.
+		// So is a rise over a raised baseline (overRaised) that
+		// throughput did not follow: read as no queue, it let slow start
+		// go on past the knee.
 		l.slowStart, l.capFrom = false, 0
 		est += 0.5 * (est*g + allowance(est) - est)
 	case !bound:
