@@ -156,7 +156,10 @@
 // At 10x on the demonstration's one-CPU server with a neighbour taking
 // half the CPU, the second's wait served nothing (every critical request
 // was answered after its client's timeout); the bounded wait served 80%
-// of the reduced capacity. The other
+// of the reduced capacity. A request of another priority behind more
+// critical waiters than the learnt limit serves within its own wait is
+// refused at once rather than queued: it would be refused when its wait
+// ran out, having cost a waiter, a timer and a wake-up besides. The other
 // priorities wait newest first once their queue has stood for half a
 // second (adaptive LIFO: under sustained overload the oldest waiters are
 // those likeliest to time out, and serving the newest keeps the latency of

@@ -524,6 +524,13 @@ func (l *limiter) protectedWait(standing time.Duration) time.Duration {
 	return max(wait, criticalStanding)
 }
 
+// outlasts reports whether n waiters, served at the learnt limit, would
+// take longer than wait to serve.
+func (l *limiter) outlasts(n int, wait time.Duration) bool {
+	m := l.mean.Load()
+	return n > 0 && m > 0 && int64(n)*m >= int64(wait)*l.limit.Load()
+}
+
 const (
 	minQueue     = 16
 	minQueueWait = 20 * time.Millisecond
@@ -610,6 +617,16 @@ func (l *Layer) overLimit(ctx context.Context, req shed.Request, cost int64) (sh
 		take = func() bool { return !l.awaitingHandoff() && l.takeWithin(cost, l.lim.Limit()) }
 	} else {
 		length, wait = l.lim.queueBounds()
+		// Protected requests are served first: behind more of them than
+		// the learnt limit serves within this wait, a request would be
+		// refused when its wait ran out, having cost a waiter, a timer
+		// and a wake-up (and, displacing another, that one's too) besides
+		// the refusal. On the demonstration's CPU-bound server at 10x,
+		// where critical demand alone fills it, refusing at once cut the
+		// decision's share of the CPU from 1.8-2.0% to 0.5-1.3%.
+		if l.lim.outlasts(l.critical.Len(), wait) {
+			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
+		}
 		if int64(q.Len()) >= length && !q.MakeRoom(req) {
 			return shed.Lease{}, l.queueRejection(layerkit.ErrQueueFull, 0)
 		}

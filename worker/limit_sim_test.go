@@ -337,6 +337,10 @@ func simulate(t testing.TB, run simRun) *simResult {
 			}
 			lim.bound.Store(true)
 			length, wait := lim.queueBounds()
+			if r.prio < shed.Critical.Index() && lim.outlasts(len(queue[shed.Critical.Index()]), wait) {
+				stats(r).shed[r.prio]++
+				continue
+			}
 			if r.prio < shed.Critical.Index() && int64(lower(&queue)) >= length {
 				victim := -1
 				for p := 0; p < r.prio; p++ {

@@ -194,6 +194,61 @@ func TestLearntLimitBoundsProtectedWaitsOnceTheirQueueStands(t *testing.T) {
 	}
 }
 
+// Protected requests are served first: a request of another priority
+// behind more of them than the learnt limit serves within its wait is
+// refused at once, not queued to be refused when its wait runs out. Behind
+// fewer it queues as usual, and is served once they have been.
+func TestLearntLimitRefusesAtOnceWhatProtectedWaitersOutlast(t *testing.T) {
+	clock := shedtest.NewClock(t0)
+	l := signalLayer(t, clock, Config{Limit: LimitConfig{Initial: 1, Min: 1, Max: 1}})
+	l.lim.mean.Store(int64(40 * time.Millisecond)) // the others' wait: 200ms, five served one at a time
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, shed.Request{Priority: shed.Critical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(p shed.Priority) chan error {
+		done := make(chan error, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, shed.Request{Priority: p})
+			if err == nil {
+				ls.Release(shed.Completed)
+			}
+			done <- err
+		}()
+		return done
+	}
+	var critical []chan error
+	for i := 1; i <= 4; i++ {
+		critical = append(critical, acquire(shed.Critical))
+		waitUntil(t, "critical requests to queue", func() bool { return l.critical.Len() == i })
+	}
+	before := acquire(shed.Default)
+	waitUntil(t, "a default request to queue behind 4 critical ones", func() bool { return l.queue.Len() == 1 })
+	critical = append(critical, acquire(shed.Critical))
+	waitUntil(t, "a fifth critical request to queue", func() bool { return l.critical.Len() == 5 })
+	select {
+	case err := <-acquire(shed.Default):
+		if rej := shedtest.Rejection(t, err); rej.Reason != "queue full" || rej.Waited != 0 {
+			t.Fatalf("a default request behind 5 critical ones: %q after %v, want refused at once", rej.Reason, rej.Waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a default request behind 5 critical ones, 200ms of service at the learnt limit, still waits")
+	}
+	if n := l.queue.Len(); n != 1 {
+		t.Fatalf("%d default requests waiting, want the 1 that came behind 4 critical ones", n)
+	}
+	held.Release(shed.Completed)
+	for _, c := range critical {
+		if err := <-c; err != nil {
+			t.Fatalf("a waiting critical request: %v, want served", err)
+		}
+	}
+	if err := <-before; err != nil {
+		t.Fatalf("the default request that queued behind 4 critical ones: %v, want served once they were", err)
+	}
+}
+
 // Slow start goes on through a rise of latency while throughput rises with
 // in flight (a service whose requests wait on a pool, then share a CPU:
 // latency grows below the knee too), and ends where throughput stops
