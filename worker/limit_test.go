@@ -207,28 +207,19 @@ func TestLearntLimitRefusesAtOnceWhatProtectedWaitersOutlast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acquire := func(p shed.Priority) chan error {
-		done := make(chan error, 1)
-		go func() {
-			ls, err := l.Acquire(ctx, shed.Request{Priority: p})
-			if err == nil {
-				ls.Release(shed.Completed)
-			}
-			done <- err
-		}()
-		return done
-	}
-	var critical []chan error
+	var critical []<-chan error
 	for i := 1; i <= 4; i++ {
-		critical = append(critical, acquire(shed.Critical))
-		waitUntil(t, "critical requests to queue", func() bool { return l.critical.Len() == i })
+		critical = append(critical, queued(t, l, ctx, "a critical request", shed.Request{Priority: shed.Critical}, i))
 	}
-	before := acquire(shed.Default)
-	waitUntil(t, "a default request to queue behind 4 critical ones", func() bool { return l.queue.Len() == 1 })
-	critical = append(critical, acquire(shed.Critical))
-	waitUntil(t, "a fifth critical request to queue", func() bool { return l.critical.Len() == 5 })
+	before := queued(t, l, ctx, "a default request behind 4 critical ones", shed.Request{}, 5)
+	critical = append(critical, queued(t, l, ctx, "a fifth critical request", shed.Request{Priority: shed.Critical}, 6))
+	refused := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, shed.Request{})
+		refused <- err
+	}()
 	select {
-	case err := <-acquire(shed.Default):
+	case err := <-refused:
 		if rej := shedtest.Rejection(t, err); rej.Reason != "queue full" || rej.Waited != 0 {
 			t.Fatalf("a default request behind 5 critical ones: %q after %v, want refused at once", rej.Reason, rej.Waited)
 		}
