@@ -63,8 +63,9 @@
 // did not reach says nothing). While the CPU reads saturated (7/8 of its
 // budget busy), or the scheduler latency is at its target with the CPU at
 // least 3/4 busy, it shrinks instead (0.7 a window, down to Min: one per
-// CPU). With the CPU less busy a late run queue is bursts (calls
-// to a pool that end together, then burn CPU together), not a CPU that
+// CPU, whatever was learnt of the knee before). With the CPU less busy
+// a late run queue is bursts (calls to a pool that end together, then
+// burn CPU together), not a CPU that
 // cannot take more, and shrinking for them left such a service below its
 // knee. A moment's stall of the
 // host (stolen time, a pause) reads that way too, and takes a service that

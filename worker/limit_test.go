@@ -348,6 +348,37 @@ func TestLearntLimitShrinksFastWhileCapped(t *testing.T) {
 	}
 }
 
+// A flood that meets a baseline learnt at light load reads, in its first
+// window, as a service that got slower (latency rose far more than in
+// flight), which says the knee is near the in flight it had. While the CPU
+// reads saturated that must not hold the limit up: a CPU-bound service
+// (one CPU, 10ms handlers) is at one in flight within a few windows, as
+// when the flood meets it cold.
+func TestLearntLimitShrinksWhileCappedWhateverTheKnee(t *testing.T) {
+	const work = 10 * float64(time.Millisecond)
+	l := defaultLimiter(4)
+	l.mu.Lock()
+	for range 3 {
+		// The light load before the flood: the limit never bound, under
+		// one in flight at 10.5ms each.
+		l.update(1.05*work, 0.85/(1.05*work), false, false)
+	}
+	l.mu.Unlock()
+	if l.Limit() != 4 || l.base != 1.05*work {
+		t.Fatalf("after the light load: limit %d, baseline %.1fms; want 4, 10.5ms", l.Limit(), l.base/1e6)
+	}
+	// The flood's first window: the four admitted shared the CPU with the
+	// flood's reading, 151ms each.
+	seen := []int64{closeWindow(l, 15.1*work, 4.2/(15.1*work), true)}
+	for range 5 {
+		n := float64(l.Limit())
+		seen = append(seen, closeWindow(l, n*work, 1/work, true))
+	}
+	if got := seen[len(seen)-1]; got != 1 {
+		t.Fatalf("limit after six saturated windows: %v, want down to 1", seen)
+	}
+}
+
 // windowedLimiter returns a limiter at limit initial past its slow start,
 // its baseline base (ns), and a step that closes one window at the limit,
 // in flight as service answers it, capped or not, and returns the limit
