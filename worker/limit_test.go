@@ -560,7 +560,7 @@ func TestLearntLimitSpareCPUTakesTwoReadings(t *testing.T) {
 // at least schedBusyCPU: with less, the CPU has room, and the run queue's
 // waits are bursts (calls to a pool that end together), not a CPU that
 // cannot take more. A CPU at cpuSaturated caps it whatever the scheduler
-// reads.
+// reads, and a backlogged scheduler whatever the CPU reads.
 func TestLearntLimitSchedLatencyCapsOnlyWithTheCPUBusy(t *testing.T) {
 	var cpu, sched atomic.Uint64
 	clock := shedtest.NewClock(t0)
@@ -578,6 +578,8 @@ func TestLearntLimitSchedLatencyCapsOnlyWithTheCPUBusy(t *testing.T) {
 		{0.65, 0.9, false},
 		{cpuSaturated, 0, true},
 		{0.2, 0.2, false},
+		{0.2, handoffBacklog, true},
+		{0.3, handoffBacklog - 1, false},
 	} {
 		cpu.Store(math.Float64bits(c.cpu))
 		sched.Store(math.Float64bits(c.sched))
