@@ -62,18 +62,18 @@
 // a tenth. It grows only while requests queue over it (a limit the traffic
 // did not reach says nothing). While the CPU reads saturated (7/8 of its
 // budget busy), or the scheduler latency is at its target with the CPU at
-// least 3/4 busy, it shrinks instead (0.7 a window, down to Min: one per
-// CPU, whatever was learnt of the knee before). With the CPU less busy
-// a late run queue is bursts (calls to a pool that end together, then
-// burn CPU together), not a CPU that
-// cannot take more, and shrinking for them left such a service below its
-// knee. A moment's stall of the
-// host (stolen time, a pause) reads that way too, and takes a service that
-// needs many in flight (a pool, then a share of the CPU) down to one or
-// two; so once the reading is over, if requests queue while the CPU reads
-// less than half busy twice in a row, the limit regrows by slow start (by
-// half a window, until the knee) to 0.7 of where the saturation was read,
-// rather than by a tenth.
+// least 3/4 busy (at eight times its target, whatever the CPU reads: the
+// CPU's average lags a flood's first second), it shrinks instead (0.7 a
+// window, down to Min: one per CPU, whatever was learnt of the knee
+// before). With the CPU less busy a late run queue is bursts (calls to a
+// pool that end together, then burn CPU together), not a CPU that cannot
+// take more, and shrinking for them left such a service below its knee.
+// A moment's stall of the host (stolen time, a pause) reads that way
+// too, and takes a service that needs many in flight (a pool, then a
+// share of the CPU) down to one or two; so once the reading is over, if
+// requests queue while the CPU reads less than half busy twice in a row,
+// the limit regrows by slow start (by half a window, until the knee) to
+// 0.7 of where the saturation was read, rather than by a tenth.
 // While the CPU or the scheduler reads half of its saturation, every
 // admitted request yields once before it starts, as with Config.Yield,
 // so that the requests read meanwhile are decided

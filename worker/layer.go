@@ -117,7 +117,8 @@ type signal struct {
 // admissions yield once (Layer.busyCPU); from cpuSaturated of the CPU
 // (with the learnt limit's CPU.Full of 1.25: 7/8 of the budget busy), or a
 // scheduler latency at its target with the CPU at least schedBusyCPU (3/4
-// of the budget busy), the limit shrinks (limiter.capped).
+// of the budget busy), or at handoffBacklog times its target whatever the
+// CPU reads, the limit shrinks (limiter.capped).
 const (
 	busyAbove    = 0.5
 	schedBusyCPU = 0.6
