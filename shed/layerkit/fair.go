@@ -314,14 +314,26 @@ func (q *WaitQueue) extension(w *waiter) time.Duration {
 	return d
 }
 
-// longest returns the non-empty flow with the most waiters per weight.
-// The level must not be empty.
-func (lv *level) longest() int {
+// longest returns the non-empty flow with the most waiters per weight;
+// among flows as long, the one whose waiter that would be served last
+// came first (oldest, under LIFO) or last. Among many alike clients each
+// flow holds a waiter or two, and the flow of the lowest index, taken
+// for the longest, displaced a waiter at random: the oldest then stayed
+// to be served late, and the demonstration's mixed scenario at 5x put the
+// p99 of all admitted at 2.0-2.3 times the floor's, against 1.6-1.8 with
+// fair share off in the same runs. The level must not be empty.
+func (lv *level) longest(lifo bool) int {
 	m := lv.nonEmpty
 	best := bits.TrailingZeros64(m)
 	for m &= m - 1; m != 0; m &= m - 1 {
 		i := bits.TrailingZeros64(m)
-		if float64(lv.flows[i].n)/lv.flows[i].weight > float64(lv.flows[best].n)/lv.flows[best].weight {
+		f, b := &lv.flows[i], &lv.flows[best]
+		switch x, y := float64(f.n)/f.weight, float64(b.n)/b.weight; {
+		case x > y:
+			best = i
+		case x == y && lifo && f.list.head.seq < b.list.head.seq:
+			best = i
+		case x == y && !lifo && f.list.tail.seq > b.list.tail.seq:
 			best = i
 		}
 	}

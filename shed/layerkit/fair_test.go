@@ -2,6 +2,7 @@ package layerkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -691,4 +692,77 @@ func TestFairNextInLineWaitsOnceMore(t *testing.T) {
 			t.Fatalf("%d of 6 left the queue", n)
 		}
 	}
+}
+
+// byFirstCard returns keys ordered by the flow each is dealt first, last
+// flow first when desc.
+func byFirstCard(q *WaitQueue, desc bool, keys ...string) []string {
+	out := slices.Clone(keys)
+	card := func(k string) uint64 { return maphash.String(q.seed, k) % FairQueues }
+	slices.SortFunc(out, func(a, b string) int {
+		if desc {
+			a, b = b, a
+		}
+		return int(card(a)) - int(card(b))
+	})
+	return out
+}
+
+// At a full queue whose clients each have one waiter, the waiter given up
+// is the one a plain queue would give up: the oldest while LIFO is in
+// force (it would be served last), else, for a newcomer of higher
+// priority, the newest. The flows' order in the queue says nothing of
+// the waiters' ages: the keys queue in the order that puts the waiter to
+// give up in the flow a scan of the flows meets last.
+func TestFairFullQueueGivesUpTheWaiterServedLast(t *testing.T) {
+	keys := []string{"a", "b", "c", "d"}
+	run := func(t *testing.T, lifo bool, newcomer shed.Priority, desc bool, wantErr error, wantIdx func([]string) string) {
+		const maxWait = time.Second
+		clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		q, err := NewFairQueue(shed.QueueConfig{MaxLength: len(keys), MaxWait: maxWait, AdaptiveLIFO: lifo, Clock: clock}, Fairness{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seedApart(t, q, append(slices.Clone(keys), "new")...)
+		order := byFirstCard(q, desc, keys...)
+		never := func() bool { return false }
+		// The waiters left are never served: they leave with the test.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		type result struct {
+			key string
+			err error
+		}
+		done := make(chan result, len(keys)+1)
+		for i, k := range order {
+			go func() {
+				_, _, err := q.WaitRequest(ctx, shed.Request{Key: k, Priority: shed.Sheddable}, time.Time{}, never, func() {})
+				done <- result{k, err}
+			}()
+			for q.Len() != i+1 {
+				runtime.Gosched()
+			}
+		}
+		// LIFO is in force once the queue has stood for MaxWait/2.
+		clock.Advance(maxWait/2 + time.Millisecond)
+		go func() {
+			_, _, err := q.WaitRequest(ctx, shed.Request{Key: "new", Priority: newcomer}, time.Time{}, never, func() {})
+			done <- result{"new", err}
+		}()
+		r := <-done
+		if want := wantIdx(order); r.key != want || !errors.Is(r.err, wantErr) {
+			t.Fatalf("queued %v: %s left (%v), want %s (%v)", order, r.key, r.err, want, wantErr)
+		}
+	}
+	oldest := func(order []string) string { return order[0] }
+	newest := func(order []string) string { return order[len(order)-1] }
+	t.Run("LIFO, alike newcomer: the oldest", func(t *testing.T) {
+		run(t, true, shed.Sheddable, true, ErrQueueFull, oldest)
+	})
+	t.Run("LIFO, higher priority: the oldest", func(t *testing.T) {
+		run(t, true, shed.Critical, true, ErrEvicted, oldest)
+	})
+	t.Run("in arrival order, higher priority: the newest", func(t *testing.T) {
+		run(t, false, shed.Critical, false, ErrEvicted, newest)
+	})
 }

@@ -215,7 +215,10 @@ func (q *WaitQueue) Wait(ctx context.Context, p shed.Priority, deadline time.Tim
 // When the queue is full, the newcomer takes the place of the newest
 // waiter of the client with the most waiters in its priority (which gets
 // ErrQueueFull) unless it is that client; while AdaptiveLIFO is in force,
-// of that client's oldest waiter, even when it is that client.
+// of that client's oldest waiter, even when it is that client. Among
+// clients with as many waiters, the client is the one whose waiter so
+// chosen is the newest (the oldest under AdaptiveLIFO), as in a queue that
+// is not fair.
 func (q *WaitQueue) WaitRequest(ctx context.Context, req shed.Request, deadline time.Time, take func() bool, giveBack func()) (Ticket, time.Duration, error) {
 	return q.wait(ctx, req, deadline, take, giveBack)
 }
@@ -380,7 +383,7 @@ func (q *WaitQueue) first(lifo bool) *waiter {
 // victim returns the waiter a newcomer at level may evict from a full
 // queue: of the lowest priority below level, the one that would be served
 // last of the client with the most waiters (the newest; the oldest while
-// LIFO is in force). nil when every waiter's priority is level or above.
+// LIFO is in force), of all such clients' when several have as many. nil when every waiter's priority is level or above.
 // mu is held.
 func (q *WaitQueue) victim(level int, now time.Time) *waiter {
 	for i := 0; i < level; i++ {
@@ -388,7 +391,7 @@ func (q *WaitQueue) victim(level int, now time.Time) *waiter {
 		if lv.n == 0 {
 			continue
 		}
-		return q.lastOf(&lv.flows[lv.longest()], now)
+		return q.lastOf(&lv.flows[lv.longest(q.lifoNow(now))], now)
 	}
 	return nil
 }
@@ -416,9 +419,10 @@ func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
 	if lv.n == 0 {
 		return false
 	}
-	li := lv.longest()
+	lifo := q.lifoNow(now)
+	li := lv.longest(lifo)
 	long := &lv.flows[li]
-	if q.lifoNow(now) {
+	if lifo {
 		// Newest first, the oldest waiter is served last, after the
 		// newcomer and all who come while it waits: it is the one to
 		// refuse. Refusing the newcomer instead left the oldest holding
