@@ -45,8 +45,8 @@
 // waiter of the client with the most waiters is refused, not a newcomer
 // with half as many or fewer (under AdaptiveLIFO, that client's oldest
 // waiter, whoever the newcomer: newest first serves it last). Among
-// clients with as many waiters, it is the waiter a plain WaitQueue would
-// refuse: the oldest of them under AdaptiveLIFO, else the newest. Clients
+// clients with as many waiters, the waiter given up is the oldest of
+// theirs under AdaptiveLIFO, else the newest. Clients
 // even in their service (within fairWindow grants' charge of the least
 // served), and any client with a single request waiting, are served in
 // the order a plain WaitQueue would serve them, first in first out (or

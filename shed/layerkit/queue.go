@@ -383,25 +383,18 @@ func (q *WaitQueue) first(lifo bool) *waiter {
 // victim returns the waiter a newcomer at level may evict from a full
 // queue: of the lowest priority below level, the one that would be served
 // last of the client with the most waiters (the newest; the oldest while
-// LIFO is in force), of all such clients' when several have as many. nil when every waiter's priority is level or above.
-// mu is held.
+// LIFO is in force), of all such clients' when several have as many. nil
+// when every waiter's priority is level or above. mu is held.
 func (q *WaitQueue) victim(level int, now time.Time) *waiter {
 	for i := 0; i < level; i++ {
 		lv := &q.levels[i]
 		if lv.n == 0 {
 			continue
 		}
-		return q.lastOf(&lv.flows[lv.longest(q.lifoNow(now))], now)
+		lifo := q.lifoNow(now)
+		return lv.flows[lv.longest(lifo)].last(lifo)
 	}
 	return nil
-}
-
-// lastOf returns the waiter of f that would be served last. mu is held.
-func (q *WaitQueue) lastOf(f *flow, now time.Time) *waiter {
-	if q.lifoNow(now) {
-		return f.list.head
-	}
-	return f.list.tail
 }
 
 // makeRoom frees a place in a full queue for w, which has not joined it
@@ -428,7 +421,7 @@ func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
 		// refuse. Refusing the newcomer instead left the oldest holding
 		// the queue's places until the queue drained, and served them
 		// then, late (the demonstration's mixed scenario at 5x).
-		q.finish(q.lastOf(long, now), displaced)
+		q.finish(long.last(lifo), displaced)
 		return true
 	}
 	if !q.fair {
@@ -442,7 +435,7 @@ func (q *WaitQueue) makeRoom(w *waiter, now time.Time) bool {
 	if fi == li || 2*float64(lv.flows[fi].n+1)/lv.flows[fi].weightOr(w.weight) > float64(long.n)/long.weight {
 		return false
 	}
-	q.finish(q.lastOf(long, now), displaced)
+	q.finish(long.last(lifo), displaced)
 	return true
 }
 
