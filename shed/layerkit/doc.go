@@ -46,9 +46,9 @@
 // with half as many or fewer (under AdaptiveLIFO, that client's oldest
 // waiter, whoever the newcomer: newest first serves it last). Among
 // clients with as many waiters, the waiter given up is the oldest of
-// theirs under AdaptiveLIFO, else the newest. Clients
-// even in their service (within fairWindow grants' charge of the least
-// served), and any client with a single request waiting, are served in
+// theirs under AdaptiveLIFO, else the newest. Clients even in their
+// service (within fairWindow grants' charge of the least served), and
+// any client with a single request waiting, are served in
 // the order a plain WaitQueue would serve them, first in first out (or
 // newest first under AdaptiveLIFO), and a service with one client is
 // served exactly so: only a client ahead with a backlog waits for the
