@@ -195,27 +195,30 @@
 //
 // # Fair share
 //
-// Within each priority, critical included, the capacity the layer has
-// (the learnt limit, or the worker budget with the Queue action) goes to
-// the clients waiting (Request.Key) max-min fairly: the next slot freed
-// goes to the client that has had the least of it, counted in
-// seat-seconds (each grant's units times the time it held its slot, by
-// its weight). A client asking less than an equal share is served as it
-// asks; a flood from one client takes what the others leave and no more,
-// and when the queue is over its bound it is the flooding client's
-// newest waiter that is refused (its oldest, while newest first is on). No per-client number is needed:
-// per-key rate limits stay for quotas. Config.Fairness gives clients
-// weights (tiers) or turns fairness off. With one client the layer admits
-// and queues as it did without fairness. Memory stays bounded whatever the
-// number of keys; what a client owning many keys can get is in
-// layerkit's documentation ("Fair share"). The shed level's refusals
-// within the marginal priority (the one it sheds in part) fall on the
-// clients that send the most of it: each client's requests are counted
-// over a sampler interval, in a sketch of fixed size, and over the next
-// those above a threshold are cut down to it, the threshold set so that
-// the level refuses the fraction it sheds. TopClients and the gauges
-// clients_queued and fair_share (per priority) show who holds the
-// capacity.
+// Within each priority, critical included, the capacity the layer has (the
+// learnt limit, or the worker budget with the Queue action) goes to the
+// clients waiting (Request.Key) max-min fairly: the next slot freed goes
+// to the client that has had the least of it, counted in seat-seconds
+// (each grant's units times the time it held its slot, by its weight). A
+// client asking less than an equal share is served as it asks; a flood
+// from one client takes what the others leave and no more, and when the
+// queue is over its bound it is the flooding client's newest waiter that
+// is refused (its oldest, while newest first is on, or its newcomer, while
+// it holds most of the queue: a newcomer that queued only to push out
+// another of its waiters would cost the server a waiter, a timer and a
+// wake-up for each of its refusals, out of the capacity the others share).
+// No per-client number is needed: per-key rate limits stay for quotas.
+// Config.Fairness gives clients weights (tiers) or turns fairness off.
+// With one client the layer admits and queues as it did without fairness.
+// Memory stays bounded whatever the number of keys; what a client owning
+// many keys can get is in layerkit's documentation ("Fair share"). The
+// shed level's refusals within the marginal priority (the one it sheds in
+// part) fall on the clients that send the most of it: each client's
+// requests are counted over a sampler interval, in a sketch of fixed size,
+// and over the next those above a threshold are cut down to it, the
+// threshold set so that the level refuses the fraction it sheds.
+// TopClients and the gauges clients_queued and fair_share (per priority)
+// show who holds the capacity.
 //
 // # Signals
 //

@@ -36,29 +36,31 @@
 // had the least of it, counted in seat-seconds: a grant's units times the
 // time its slot was held (the layer returns the grant's Ticket when the
 // lease is released), divided by the client's weight. That is max-min
-// fairness without a per-client number: a client asking less than an
-// equal share gets all it asks, and the others split what it leaves, so a
-// flood from one client takes nothing from the rest and capacity never
-// idles for want of a quota. A client that holds its slots longer is
-// granted fewer of them. Priorities stay strict: a priority is served
-// only while none above it waits. When the queue is full, the newest
-// waiter of the client with the most waiters is refused, not a newcomer
-// with half as many or fewer (under AdaptiveLIFO, that client's oldest
-// waiter, whoever the newcomer: newest first serves it last). Among
-// clients with as many waiters, the waiter given up is the oldest of
-// theirs under AdaptiveLIFO, else the newest. Clients even in their
-// service (within fairWindow grants' charge of the least served), and
-// any client with a single request waiting, are served in
-// the order a plain WaitQueue would serve them, first in first out (or
-// newest first under AdaptiveLIFO), and a service with one client is
-// served exactly so: only a client ahead with a backlog waits for the
-// least served. While the clients so held back hold most of a priority's
-// waiters (a flood), the others are served first in first out even under
-// AdaptiveLIFO: the flood is the standing queue that newest first is for.
-// A client that starts waiting starts that many grants behind the client
-// served last, as FQ-CoDel serves new flows first: a client that asks now
-// and then is served ahead of those that keep the queue full, while
-// idling earns no more credit than those few grants.
+// fairness without a per-client number: a client asking less than an equal
+// share gets all it asks, and the others split what it leaves, so a flood
+// from one client takes nothing from the rest and capacity never idles for
+// want of a quota. A client that holds its slots longer is granted fewer
+// of them. Priorities stay strict: a priority is served only while none
+// above it waits. When the queue is full, the newest waiter of the client
+// with the most waiters is refused, not a newcomer with half as many or
+// fewer (under AdaptiveLIFO, that client's oldest waiter, whoever the
+// newcomer: newest first serves it last; but while that client floods,
+// holding most of the waiters as others ask, its own newcomer is refused,
+// which costs the server less than queueing it to give up another of its
+// waiters). Among clients with as many waiters, the waiter given up is the
+// oldest of theirs under AdaptiveLIFO, else the newest. Clients even in
+// their service (within fairWindow grants' charge of the least served),
+// and any client with a single request waiting, are served in the order a
+// plain WaitQueue would serve them, first in first out (or newest first
+// under AdaptiveLIFO), and a service with one client is served exactly so:
+// only a client ahead with a backlog waits for the least served. While the
+// clients so held back hold most of a priority's waiters (a flood), the
+// others are served first in first out even under AdaptiveLIFO: the flood
+// is the standing queue that newest first is for. A client that starts
+// waiting starts that many grants behind the client served last, as
+// FQ-CoDel serves new flows first: a client that asks now and then is
+// served ahead of those that keep the queue full, while idling earns no
+// more credit than those few grants.
 //
 // Memory is bounded as in Kubernetes' API Priority and Fairness: each
 // priority has FairQueues flows, and a client's key is dealt a hand of

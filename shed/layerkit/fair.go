@@ -35,7 +35,9 @@ import (
 //   - A full queue refuses the newest waiter of the client with the most
 //     waiters (per weight) at the newcomer's priority, not the newcomer,
 //     unless the newcomer is that client (under AdaptiveLIFO, that
-//     client's oldest waiter, whoever the newcomer).
+//     client's oldest waiter, whoever the newcomer, unless the newcomer's
+//     client floods: it holds most of the waiters while another client
+//     has queued within MaxWait, and its newcomer is refused).
 //   - While a client of a priority with more than one waiter is served
 //     beyond the window (a flood), a client's only waiter that is next in
 //     line at that priority is not refused when its wait runs out: it may
@@ -98,9 +100,11 @@ type level struct {
 	vnow float64
 	// hold is the average time a granted unit held its slot (ns): what a
 	// grant charges before its Ticket says.
-	hold float64
-	held bool // hold has been measured
-	top  topClients
+	hold     float64
+	held     bool // hold has been measured
+	top      topClients
+	lastHash uint64
+	sharedAt time.Time
 }
 
 // flow is one queue of a level.
@@ -502,7 +506,8 @@ func (t *topClients) done(now int64, h uint64, cost float64, units int64) {
 // WaitRequest): a waiter of lower priority is evicted (ErrEvicted), or at
 // req's priority (ErrQueueFull) the newest waiter of the client with at
 // least twice the waiters req's would have, or under AdaptiveLIFO the
-// oldest waiter of the client with the most. It reports whether it made
+// oldest waiter of the client with the most, unless req's client is that
+// client and it floods. It reports whether it made
 // room. A layer that bounds the queue below its MaxLength calls it when
 // its own bound is reached.
 func (q *WaitQueue) MakeRoom(req shed.Request) bool {

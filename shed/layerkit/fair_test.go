@@ -766,3 +766,107 @@ func TestFairFullQueueGivesUpTheWaiterServedLast(t *testing.T) {
 		run(t, false, shed.Critical, false, ErrEvicted, newest)
 	})
 }
+
+// Under AdaptiveLIFO a full queue gives up the oldest waiter of the client
+// with the most waiters for a newcomer, even one of that client, unless
+// that client floods: it holds most of the priority's waiters while
+// another client has queued at that priority within MaxWait. Then its
+// newcomer is refused at once, and its waiters keep their places.
+func TestFairLIFOFloodsNewcomerIsRefused(t *testing.T) {
+	const maxWait = time.Second
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 4, MaxWait: maxWait, AdaptiveLIFO: true, Clock: clock}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedApart(t, q, "heavy", "light")
+	never := func() bool { return false }
+	// The waiters left are never served: they leave with the test.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		name string
+		err  error
+	}
+	done := make(chan result, 32)
+	start := func(key, name string) {
+		go func() {
+			_, _, err := q.WaitRequest(ctx, shed.Request{Key: key}, time.Time{}, never, func() {})
+			done <- result{name, err}
+		}()
+	}
+	next := func() result {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no waiter left the queue")
+			return result{}
+		}
+	}
+	// join queues a request of key into a queue with room.
+	join := func(key, name string) {
+		t.Helper()
+		n := q.Len()
+		start(key, name)
+		for q.Len() == n {
+			runtime.Gosched()
+		}
+	}
+	// displaces says that a newcomer of key takes the place of want.
+	displaces := func(key, name, want string) {
+		t.Helper()
+		start(key, name)
+		if r := next(); r.name != want || !errors.Is(r.err, ErrQueueFull) {
+			t.Fatalf("%s came: %s left (%v), want %s (ErrQueueFull)", name, r.name, r.err, want)
+		}
+		for q.Len() != 4 {
+			runtime.Gosched()
+		}
+	}
+	// refused says that a newcomer of key is refused, and nobody else.
+	refused := func(key, why string) {
+		t.Helper()
+		start(key, "newcomer")
+		if r := next(); r.name != "newcomer" || !errors.Is(r.err, ErrQueueFull) {
+			t.Fatalf("%s: %s left (%v), want %s's newcomer refused (ErrQueueFull)", why, r.name, r.err, key)
+		}
+	}
+	timesOut := func(names ...string) {
+		t.Helper()
+		for range names {
+			if r := next(); !slices.Contains(names, r.name) || !errors.Is(r.err, ErrQueueTimeout) {
+				t.Fatalf("%s left (%v), want one of %v timed out", r.name, r.err, names)
+			}
+		}
+	}
+
+	for _, n := range []string{"h1", "h2", "h3", "h4"} {
+		join("heavy", n)
+	}
+	clock.Advance(maxWait/2 + time.Millisecond) // LIFO is in force
+	displaces("heavy", "h5", "h1")              // one client: nobody else's share is at stake
+	displaces("light", "l1", "h2")              // a client with fewer waiters
+	refused("heavy", "heavy floods beside light")
+
+	// Light stops asking. Once no other client has queued for MaxWait,
+	// heavy is one client again.
+	clock.Advance(maxWait/2 - time.Millisecond)
+	timesOut("h3", "h4")
+	clock.Advance(maxWait/2 + time.Millisecond)
+	timesOut("h5", "l1")
+	join("heavy", "h6") // the key changed: clients shared the queue until now
+	clock.Advance(maxWait * 9 / 10)
+	for _, n := range []string{"h7", "h8", "h9"} {
+		join("heavy", n)
+	}
+	refused("heavy", "light queued within MaxWait")
+	clock.Advance(maxWait / 10)
+	timesOut("h6")
+	join("heavy", "h10")
+	displaces("heavy", "h11", "h7")
+	if len(done) != 0 {
+		t.Fatalf("%d more waiters left the queue", len(done))
+	}
+}
