@@ -100,9 +100,13 @@ type level struct {
 	vnow float64
 	// hold is the average time a granted unit held its slot (ns): what a
 	// grant charges before its Ticket says.
-	hold     float64
-	held     bool // hold has been measured
-	top      topClients
+	hold float64
+	held bool // hold has been measured
+	top  topClients
+	// lastHash is the key hash of the waiter that joined last, and
+	// sharedAt when a waiter joined whose key was not the one before
+	// it: whether other clients ask at this priority, so that a client
+	// holding most of its waiters is a flood (makeRoom).
 	lastHash uint64
 	sharedAt time.Time
 }
