@@ -51,6 +51,11 @@ type sample struct {
 	latency time.Duration
 	at      time.Duration // when it was sent, since the flood began
 	key     int           // the client's, by index (loadClient.keyName)
+	// inside is, for a request served, the part of its latency it spent
+	// inside the server's handler chain as the server says
+	// (api.ServedHeader); the rest was spent before the first middleware
+	// ran, or after the answer was written. 0 when the server did not say.
+	inside time.Duration
 }
 
 // loadClient sends the demonstration's requests to one or more instances.
@@ -215,7 +220,8 @@ func (c *loadClient) do(ctx context.Context, p shed.Priority, key int) sample {
 	case err != nil:
 		return sample{prio: p, res: resError, latency: lat, key: key}
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return sample{prio: p, res: resOK, latency: lat, key: key}
+		in, _ := api.ParseServed(resp.Header)
+		return sample{prio: p, res: resOK, latency: lat, key: key, inside: in}
 	case resp.StatusCode == http.StatusTooManyRequests:
 		return sample{prio: p, res: resThrottle, latency: lat, key: key}
 	case resp.StatusCode == http.StatusServiceUnavailable:
@@ -418,6 +424,10 @@ type stepStats struct {
 	counts   [numResults]int
 	p50, p99 time.Duration // of successes
 	goodput  float64       // successes per second
+	// outsideP99 is the p99 of the successes' time outside the server's
+	// handler chain (their latency less sample.inside), 0 when the server
+	// did not say.
+	outsideP99 time.Duration
 }
 
 func (s stepStats) successRate() float64 {
@@ -430,18 +440,22 @@ func (s stepStats) successRate() float64 {
 // summarise splits samples by priority; index NumPriorities is all of them.
 func summarise(samples []sample, measure time.Duration) [shed.NumPriorities + 1]stepStats {
 	var out [shed.NumPriorities + 1]stepStats
-	var lats [shed.NumPriorities + 1][]time.Duration
+	var lats, outside [shed.NumPriorities + 1][]time.Duration
 	for _, s := range samples {
 		for _, i := range []int{s.prio.Index(), shed.NumPriorities} {
 			out[i].sent++
 			out[i].counts[s.res]++
 			if s.res == resOK {
 				lats[i] = append(lats[i], s.latency)
+				if s.inside > 0 {
+					outside[i] = append(outside[i], max(s.latency-s.inside, 0))
+				}
 			}
 		}
 	}
 	for i := range out {
 		out[i].p50, out[i].p99 = percentile(lats[i], 0.50), percentile(lats[i], 0.99)
+		out[i].outsideP99 = percentile(outside[i], 0.99)
 		out[i].goodput = float64(out[i].counts[resOK]) / measure.Seconds()
 	}
 	return out

@@ -134,6 +134,9 @@ func TestQuickRunTenant(t *testing.T) {
 			t.Errorf("%s: bound %.2f/s, want %.2f/s", s.Setup, s.GoodputBound, want)
 		}
 		served[s.Setup] = light.Success
+		if light.Success > 0 && !(light.OutsideP99 > 0 && light.OutsideP99 <= light.P99) {
+			t.Errorf("%s: light clients' p99 outside the handlers %.2fms, want a part of their p99, %.2fms", s.Setup, light.OutsideP99, light.P99)
+		}
 	}
 	if ls, none := served[string(api.Loadshed)], served[string(api.Unprotected)]; ls <= none {
 		failOrderingUnlessBusy(t, rep, fmt.Sprintf("light clients served at 5× (tenant-io): loadshed %s, not above no protection's %s", pct(ls), pct(none)))
@@ -283,6 +286,27 @@ func TestSummarise(t *testing.T) {
 	}
 	if all.sent != 102 || all.goodput != 50 {
 		t.Errorf("all: %+v", all)
+	}
+	if crit.outsideP99 != 0 {
+		t.Errorf("critical: p99 outside the handlers %v, though the server never said", crit.outsideP99)
+	}
+}
+
+// The time outside the handler chain is each served request's latency less
+// what the server said it spent inside; requests it said nothing of are
+// left out.
+func TestSummariseOutsideTheHandlers(t *testing.T) {
+	var samples []sample
+	for i := 1; i <= 100; i++ {
+		samples = append(samples, sample{res: resOK, latency: time.Duration(10+i) * time.Millisecond, inside: 10 * time.Millisecond})
+	}
+	samples = append(samples,
+		sample{res: resOK, latency: time.Second},                                    // no header
+		sample{res: resShed, latency: time.Second},                                  // refused
+		sample{res: resOK, latency: time.Millisecond, inside: 2 * time.Millisecond}) // clocks apart: none outside
+	got := summarise(samples, time.Second)[shed.NumPriorities]
+	if want := 99 * time.Millisecond; got.outsideP99 != want { // of 0, 1, ..., 100 ms
+		t.Errorf("p99 outside the handlers %v, want %v", got.outsideP99, want)
 	}
 }
 

@@ -540,14 +540,18 @@ type jsonStats struct {
 	Errors   int     `json:"errors"`
 	P50      float64 `json:"p50_ms"`
 	P99      float64 `json:"p99_ms"`
-	Goodput  float64 `json:"goodput_per_second"`
+	// OutsideP99 is the p99 of the time the requests served spent outside
+	// the server's handler chain (before any middleware ran, or after the
+	// answer was written), from what the server said of the time inside.
+	OutsideP99 float64 `json:"outside_p99_ms,omitempty"`
+	Goodput    float64 `json:"goodput_per_second"`
 	// FleetInFlight is the fleet layer's mean usage, with -instances.
 	FleetInFlight *float64 `json:"fleet_in_flight,omitempty"`
 }
 
 func statsJSON(st stepStats) jsonStats {
 	return jsonStats{Sent: st.sent, Success: st.successRate(), Throttle: st.counts[resThrottle], Shed: st.counts[resShed],
-		Timeout: st.counts[resTimeout], Errors: st.counts[resError], P50: msFloat(st.p50), P99: msFloat(st.p99), Goodput: st.goodput}
+		Timeout: st.counts[resTimeout], Errors: st.counts[resError], P50: msFloat(st.p50), P99: msFloat(st.p99), OutsideP99: msFloat(st.outsideP99), Goodput: st.goodput}
 }
 
 func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -207,7 +207,7 @@ func (r *report) printTenantTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nthe light clients and the heavy one, against the floor (strict priority, max-min fair within each), scenario %s\n", r.sc.name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set-up\theavy at\tlight priority\tlight sent\tlight served\tlight p99\t× floor\theavy served/s\theavy share\tgoodput/s (of capacity)\tbound/s\tof the bound\t")
+	fmt.Fprintln(tw, "set-up\theavy at\tlight priority\tlight sent\tlight served\tlight p99\t× floor\tp99 outside handlers\theavy served/s\theavy share\tgoodput/s (of capacity)\tbound/s\tof the bound\t")
 	last := r.opts.setups[len(r.opts.setups)-1]
 	for _, s := range r.steps {
 		t := s.tenant
@@ -223,8 +223,12 @@ func (r *report) printTenantTable(w io.Writer) {
 				goodput = fmt.Sprintf("%.0f (%s)", all.goodput, pct(all.goodput/s.capacity))
 				bound, of = fmt.Sprintf("%.0f", s.bound), pct(all.goodput/s.bound)
 			}
-			fmt.Fprintf(tw, "%s\t%.1f×\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-				s.setup, s.mult, priorityName(i), l.sent, pct(l.successRate()), ms(l.p99), ratio(l.p99, s.floor.light[i].p99),
+			outside := "-"
+			if l.outsideP99 > 0 {
+				outside = ms(l.outsideP99)
+			}
+			fmt.Fprintf(tw, "%s\t%.1f×\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+				s.setup, s.mult, priorityName(i), l.sent, pct(l.successRate()), ms(l.p99), ratio(l.p99, s.floor.light[i].p99), outside,
 				heavy, share, goodput, bound, of)
 		}
 		if s.setup != last {
@@ -242,7 +246,7 @@ func (r *report) printTenantTable(w io.Writer) {
 				}
 				goodput = fmt.Sprintf("%.0f (%s)", s.floor.goodput, pct(s.floor.goodput/s.capacity))
 			}
-			fmt.Fprintf(tw, "floor\t%.1f×\t%s\t%d\t%s\t%s\t\t%s\t%s\t%s\t\t\t\n",
+			fmt.Fprintf(tw, "floor\t%.1f×\t%s\t%d\t%s\t%s\t\t\t%s\t%s\t%s\t\t\t\n",
 				s.mult, priorityName(i), f.sent, pct(f.success), ms(f.p99), heavy, share, goodput)
 		}
 	}

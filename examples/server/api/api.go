@@ -80,6 +80,19 @@ const TestModeHeader = "X-Test-Mode"
 // KeyHeader carries the client's API key.
 const KeyHeader = "X-API-Key"
 
+// ServedHeader is the response header in which a request answered 2xx
+// says how long it spent inside the server's handler chain, from the
+// first middleware's entry to its answer's header (a Server-Timing
+// metric, "chain;dur=" and milliseconds). Beside the latency a client
+// sees, it tells the time the protection can act on from the time spent
+// before any middleware runs (the network, the Go runtime getting to the
+// connection, net/http reading the request) or after the answer is
+// written. Refusals do not carry it: it would add to what each one costs.
+const ServedHeader = "Server-Timing"
+
+// servedMetric is the Server-Timing metric ServedHeader carries.
+const servedMetric = "chain"
+
 // MaxWork bounds ?work=, so that one request cannot hold the CPU for long.
 const MaxWork = time.Second
 
@@ -361,20 +374,55 @@ func (st *Stats) InFlight() int64 { return st.inFlight.Load() }
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	start  time.Time // when the first middleware was entered
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if answerOf(code) == OK {
+			w.Header().Set(ServedHeader, servedTiming(time.Since(w.start)))
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// servedTiming is ServedHeader's value for a request d spent inside the
+// handler chain.
+func servedTiming(d time.Duration) string {
+	return servedMetric + ";dur=" + strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+// ParseServed returns the time inside the handler chain that a response's
+// ServedHeader gives, and false when it gives none.
+func ParseServed(h http.Header) (time.Duration, bool) {
+	for _, v := range h.Values(ServedHeader) {
+		for _, m := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(m), ";")
+			if strings.TrimSpace(name) != servedMetric {
+				continue
+			}
+			for _, p := range strings.Split(params, ";") {
+				k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+				if !ok || strings.TrimSpace(k) != "dur" {
+					continue
+				}
+				ms, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+				if err != nil || !(ms >= 0 && ms <= float64(time.Hour/time.Millisecond)) {
+					return 0, false
+				}
+				return time.Duration(ms * float64(time.Millisecond)), true
+			}
+		}
+	}
+	return 0, false
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -387,8 +435,8 @@ func (st *Stats) count(next http.Handler) http.Handler {
 		}
 		p := priorityOf(r)
 		st.inFlight.Add(1)
-		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, start: start}
 		defer func() {
 			st.inFlight.Add(-1)
 			a := answerOf(sw.status)

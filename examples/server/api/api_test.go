@@ -271,6 +271,67 @@ func TestMetricsServedTimes(t *testing.T) {
 	}
 }
 
+// A request answered 2xx says how long it spent in the handler chain, its
+// work included; a refusal says nothing.
+func TestServedHeaderGivesTheTimeInTheChain(t *testing.T) {
+	_, srv := serve(t, Config{Protection: BlindLimit, GlobalRate: 1})
+	get := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges?work=20ms", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	served := get()
+	if served.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/charges: %d", served.StatusCode)
+	}
+	d, ok := ParseServed(served.Header)
+	if !ok || d < 20*time.Millisecond || d > 10*time.Second {
+		t.Errorf("%s: %q reads %v, %v; want the 20ms of CPU burnt, or more", ServedHeader, served.Header.Get(ServedHeader), d, ok)
+	}
+	refused := get()
+	if refused.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second POST over the global rate: %d, want 429", refused.StatusCode)
+	}
+	if v := refused.Header.Values(ServedHeader); len(v) != 0 {
+		t.Errorf("a refusal carries %s %q", ServedHeader, v)
+	}
+}
+
+func TestParseServed(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   time.Duration
+		ok     bool
+	}{
+		{[]string{"chain;dur=12.5"}, 12500 * time.Microsecond, true},
+		{[]string{`cache;desc="hit", chain; dur=0.25 ;desc="x"`}, 250 * time.Microsecond, true},
+		{[]string{"db;dur=3", "chain;dur=4"}, 4 * time.Millisecond, true},
+		{[]string{"chain"}, 0, false},
+		{[]string{"chain;dur=-1"}, 0, false},
+		{[]string{"chain;dur=NaN"}, 0, false},
+		{[]string{"chain;dur=1e30"}, 0, false},
+		{[]string{"chainx;dur=3"}, 0, false},
+		{nil, 0, false},
+	} {
+		h := http.Header{}
+		for _, v := range tc.values {
+			h.Add(ServedHeader, v)
+		}
+		if got, ok := ParseServed(h); got != tc.want || ok != tc.ok {
+			t.Errorf("ParseServed(%q) = %v, %v; want %v, %v", tc.values, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 // A request whose client went away while it waited, and to which nothing
 // was written, is counted gone, not ok: net/http would have answered it
 // 200, and the server's log read thousands served a second at 10x.
