@@ -870,3 +870,71 @@ func TestFairLIFOFloodsNewcomerIsRefused(t *testing.T) {
 		t.Fatalf("%d more waiters left the queue", len(done))
 	}
 }
+
+// Making room for a newcomer grants nothing, though capacity is free: the
+// newcomer's own WaitRequest grants it, with the newcomer among the
+// waiters, and a client that asks now and then is then served ahead of
+// the one that keeps the queue full.
+func TestFairMakeRoomLeavesTheGrantToTheNewcomer(t *testing.T) {
+	clock := shedtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	q, err := NewFairQueue(shed.QueueConfig{MaxLength: 64, MaxWait: time.Hour, Clock: clock}, Fairness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedApart(t, q, "heavy", "light")
+	var free atomic.Bool
+	take := func() bool { return free.CompareAndSwap(true, false) }
+	giveBack := func() { free.Store(true) }
+	type result struct {
+		err error
+	}
+	done := make(chan result, 16)
+	join := func() {
+		n := q.Len()
+		go func() {
+			_, _, err := q.WaitRequest(context.Background(), shed.Request{Key: "heavy"}, time.Time{}, take, giveBack)
+			done <- result{err}
+		}()
+		for q.Len() == n {
+			runtime.Gosched()
+		}
+		// Its join's dispatch is done once the lock is free.
+		q.mu.Lock()
+		q.mu.Unlock()
+	}
+	for range 6 {
+		join()
+	}
+	// The heavy client is served beyond the window, and keeps six waiting.
+	for range 2 * fairWindow {
+		clock.Advance(10 * time.Millisecond)
+		free.Store(true)
+		q.Notify()
+		if r := <-done; r.err != nil {
+			t.Fatalf("the heavy client's waiter: %v, want a grant", r.err)
+		}
+		join()
+	}
+	// Capacity frees, and the queue is not told (a hand-off on its way).
+	free.Store(true)
+	if !q.MakeRoom(shed.Request{Key: "light"}) {
+		t.Fatal("no room made for a newcomer behind six waiters of one client")
+	}
+	if !free.Load() {
+		t.Fatal("making room granted the free capacity before the newcomer joined")
+	}
+	if r := <-done; !errors.Is(r.err, ErrQueueFull) {
+		t.Fatalf("the heavy client's newest waiter: %v, want %v (room made)", r.err, ErrQueueFull)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := q.WaitRequest(ctx, shed.Request{Key: "light"}, time.Time{}, take, giveBack); err != nil {
+		t.Fatalf("the newcomer: %v, want the free capacity", err)
+	}
+	// The heavy client's waiters leave with the test.
+	for q.Len() > 0 {
+		free.Store(true)
+		q.Notify()
+		<-done
+	}
+}
