@@ -394,6 +394,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // servedTiming is ServedHeader's value for a request d spent inside the
 // handler chain.
 func servedTiming(d time.Duration) string {
@@ -424,8 +426,6 @@ func ParseServed(h http.Header) (time.Duration, bool) {
 	}
 	return 0, false
 }
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (st *Stats) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
