@@ -885,15 +885,12 @@ func TestFairMakeRoomLeavesTheGrantToTheNewcomer(t *testing.T) {
 	var free atomic.Bool
 	take := func() bool { return free.CompareAndSwap(true, false) }
 	giveBack := func() { free.Store(true) }
-	type result struct {
-		err error
-	}
-	done := make(chan result, 16)
+	done := make(chan error, 16) // the heavy client's waiters' outcomes
 	join := func() {
 		n := q.Len()
 		go func() {
 			_, _, err := q.WaitRequest(context.Background(), shed.Request{Key: "heavy"}, time.Time{}, take, giveBack)
-			done <- result{err}
+			done <- err
 		}()
 		for q.Len() == n {
 			runtime.Gosched()
@@ -910,8 +907,8 @@ func TestFairMakeRoomLeavesTheGrantToTheNewcomer(t *testing.T) {
 		clock.Advance(10 * time.Millisecond)
 		free.Store(true)
 		q.Notify()
-		if r := <-done; r.err != nil {
-			t.Fatalf("the heavy client's waiter: %v, want a grant", r.err)
+		if err := <-done; err != nil {
+			t.Fatalf("the heavy client's waiter: %v, want a grant", err)
 		}
 		join()
 	}
@@ -923,8 +920,8 @@ func TestFairMakeRoomLeavesTheGrantToTheNewcomer(t *testing.T) {
 	if !free.Load() {
 		t.Fatal("making room granted the free capacity before the newcomer joined")
 	}
-	if r := <-done; !errors.Is(r.err, ErrQueueFull) {
-		t.Fatalf("the heavy client's newest waiter: %v, want %v (room made)", r.err, ErrQueueFull)
+	if err := <-done; !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("the heavy client's newest waiter: %v, want %v (room made)", err, ErrQueueFull)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
