@@ -256,6 +256,18 @@ func runSteps(t *testing.T, st contractStore, alg Algorithm, limit Limit, steps 
 	}
 }
 
+// seeded returns a source of numbers below n (xorshift from seed): the same
+// sequence every run.
+func seeded(seed uint64) func(n uint64) int64 {
+	rng := seed
+	return func(n uint64) int64 {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int64(rng % n)
+	}
+}
+
 // TestContractNeverOver drives every algorithm with a random but seeded
 // sequence of requests and checks what each admits against its own bound:
 // the buckets never more than Burst + elapsed/T over any interval, the
@@ -269,13 +281,7 @@ func TestContractNeverOver(t *testing.T) {
 				l, set := st.open(t, alg, limit, contractStart)
 				type grant struct{ at, cost int64 }
 				var got []grant
-				rng := uint64(42)
-				next := func(n uint64) int64 { // xorshift: same sequence every run
-					rng ^= rng << 13
-					rng ^= rng >> 7
-					rng ^= rng << 17
-					return int64(rng % n)
-				}
+				next := seeded(42)
 				now := int64(0)
 				for i := 0; i < 600; i++ {
 					now += next(uint64(limit.Period / 8))

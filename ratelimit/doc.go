@@ -39,7 +39,8 @@
 // nanosecond, so rounding never admits more than the limit. A cost above
 // what the limit can ever admit (Limit.MaxCost) is ErrCostAboveBurst, an
 // empty key ErrEmptyKey, a cost below 1 ErrInvalidCost: errors, never
-// panics.
+// panics. Peek reads what one more unit would meet without counting it (on
+// Redis, one round trip that writes nothing).
 //
 // The contract suite (contract_test.go) runs step tables at fixed instants
 // over every algorithm and every store, so the stores agree to the

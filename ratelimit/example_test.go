@@ -43,6 +43,28 @@ func ExampleNewMemory() {
 	// true
 }
 
+func ExamplePeek() {
+	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	limiter, err := ratelimit.NewMemory(ratelimit.FixedWindow, ratelimit.PerMinute(2),
+		ratelimit.MemoryConfig{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		// A check counts nothing: what would one more request meet?
+		r, _, _ := ratelimit.Peek(ctx, limiter, "client-1")
+		fmt.Printf("would be allowed=%v remaining=%d\n", r.Allowed, r.Remaining)
+		limiter.Allow(ctx, "client-1", 1)
+	}
+	// Output:
+	// would be allowed=true remaining=2
+	// would be allowed=true remaining=1
+	// would be allowed=false remaining=0
+}
+
 func ExampleNew() {
 	clock := shedtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	perKey, _ := ratelimit.NewMemory(ratelimit.SlidingWindow, ratelimit.PerMinute(2), ratelimit.MemoryConfig{Clock: clock})

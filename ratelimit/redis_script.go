@@ -58,6 +58,7 @@ func scriptFor(alg Algorithm) *redisx.Script {
 const (
 	opAllow  = "a"
 	opRefund = "r"
+	opPeek   = "p" // answers as opAllow would, writing nothing
 )
 
 // maxFigures is the most limit figures a script reads (ARGV[5…]).
@@ -96,6 +97,7 @@ func newStaticArgs(alg Algorithm, l Limit) staticArgs {
 var (
 	argAllow  any = opAllow
 	argRefund any = opRefund
+	argPeek   any = opPeek
 )
 
 // callFrame holds one round trip's keys and arguments; frames are pooled,
@@ -135,9 +137,13 @@ func (r *Redis) call(ctx context.Context, op, rk string, want, takeMax int64) (r
 		callFrames.Put(f)
 	}()
 	f.keys[0] = rk
-	f.args[0] = argAllow
-	if op == opRefund {
+	switch op {
+	case opRefund:
 		f.args[0] = argRefund
+	case opPeek:
+		f.args[0] = argPeek
+	default:
+		f.args[0] = argAllow
 	}
 	if r.now != nil {
 		// A test's fixed clock rides in the op ("<op> <s> <ns>", see

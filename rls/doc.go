@@ -62,7 +62,8 @@
 // only when every quota of the request is over, so that a request passes
 // while any of its quotas has room; its own status still says OVER_LIMIT.
 // hits_addend (the request's, or a descriptor's own, which may be 0 to
-// check without counting) is the cost; is_negative_hits gives units back.
+// check without counting: ratelimit.Peek, on Redis one round trip that
+// writes nothing) is the cost; is_negative_hits gives units back.
 // shadow_mode decides and records but answers OK; unlimited answers OK
 // with no limit; a limit named in another matched limit's replaces is
 // skipped; requests_per_unit 0 rejects everything; a descriptor's own

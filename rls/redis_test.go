@@ -43,8 +43,8 @@ func redisServer(t *testing.T, client redis.UniversalClient, prefix string) *Ser
 		t.Fatal(errs)
 	}
 	// A round trip may take longer than the default 50ms on a loaded
-	// machine under -race, and a peek whose refund times out keeps the unit
-	// it took: these tests are of the semantics, not of a slow Redis.
+	// machine under -race, and the local fallback would then decide: these
+	// tests are of the semantics, not of a slow Redis.
 	s, err := New(Config{Domains: []Domain{d}, Redis: client,
 		RedisStore: ratelimit.RedisConfig{Prefix: prefix, ExpectedInstances: 1, Timeout: time.Second}})
 	if err != nil {

@@ -580,16 +580,12 @@ func allow(ctx context.Context, st ratelimit.Store, key string, cost int64) (rat
 	return r, false, err
 }
 
-// peek reads a limit without counting: one unit taken and given back.
-// Remaining is what was left before.
+// peek reads a limit without counting (ratelimit.Peek: on Redis, one round
+// trip that writes nothing). Remaining is what is left.
 func (s *Server) peek(ctx context.Context, st ratelimit.Store, key string) (ratelimit.Result, bool) {
-	r, fb, err := allow(ctx, st, key, 1)
+	r, fb, err := ratelimit.Peek(ctx, st, key)
 	if err != nil {
 		return ratelimit.Result{Limit: st.Limit().Quantity}, fb
-	}
-	if r.Allowed {
-		_ = st.Refund(ctx, key, 1)
-		r.Remaining++
 	}
 	r.Allowed = true
 	r.RetryAfter = 0

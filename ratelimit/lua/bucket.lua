@@ -30,7 +30,7 @@ local free = idiv(tau - tat, T)
 local take = math.min(take_max, free)
 if take >= want then
   tat = tat + take * T
-  store()
+  if op ~= 'p' then store() end
   local remaining = free - take
   local retry1 = 0
   if remaining < 1 then retry1 = tat + T - tau end

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the limit's state for one user key (all keys of one decision
 --          share a {hash tag}, so the script works on Redis Cluster).
--- ARGV[1]  op: "a" take units, "r" refund units; from a test's fixed clock
+-- ARGV[1]  op: "a" take units, "r" refund units, "p" peek (answer as "a"
+--          would, writing nothing); from a test's fixed clock
 --          only, "<op> <seconds> <nanoseconds>": the instant to use instead
 --          of the server's TIME
 -- ARGV[2]  want: the request's cost (the least that may be taken)

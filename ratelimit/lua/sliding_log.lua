@@ -31,6 +31,11 @@ end
 
 local free = Q - count
 local take = math.min(take_max, free)
+if take >= want and op == 'p' then
+  -- A peek answers as the admission would, and adds nothing; its retry1 is
+  -- not asked for (the oldest unit it would wait for is not in the log).
+  return {1, take, free - take, 0, expires_in(stamp_us), 0}
+end
 if take >= want then
   -- The server's clock may step back: stamp no earlier than the newest unit,
   -- and number members after the newest one's so they never collide.

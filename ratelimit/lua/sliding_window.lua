@@ -65,7 +65,7 @@ end
 local take = math.min(take_max, free)
 if take >= want then
   cur = cur + take
-  store()
+  if op ~= 'p' then store() end
   local remaining = free - take
   local retry1 = 0
   if remaining < 1 then retry1 = wait_for(1) end
