@@ -122,7 +122,12 @@ func TestTallyShrinkDrains(t *testing.T) {
 func TestTallyConcurrentWithinBudget(t *testing.T) {
 	budget := [4]int64{3, 10, 20, 30}
 	tl := tallyWith(stripesFor(max(runtime.GOMAXPROCS(0), 4)), budget)
-	var held [4]atomic.Int64 // what the goroutines hold, by priority
+	// What the goroutines hold, by priority: counted after a take and
+	// before its put, so never more than the tally holds, and read whole
+	// under mu (sums of loads one by one would count a unit released at
+	// one priority and taken at the next twice).
+	var mu sync.Mutex
+	var held [4]int64
 	var over atomic.Int64
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -139,16 +144,20 @@ func TestTallyConcurrentWithinBudget(t *testing.T) {
 					continue
 				}
 				admitted.Add(1)
-				held[i].Add(1)
+				mu.Lock()
+				held[i]++
 				var sum int64
 				for q := range 4 {
-					sum += held[q].Load()
+					sum += held[q]
 					if q >= i && sum > budget[q] {
 						over.Add(1)
 					}
 				}
+				mu.Unlock()
 				runtime.Gosched()
-				held[i].Add(-1)
+				mu.Lock()
+				held[i]--
+				mu.Unlock()
 				st.put(i, 1)
 			}
 		}()
