@@ -131,18 +131,22 @@ layers:
   - fleet:
       prefix: "%sfleet:"
       instance: %s
-      capacity: 1
+      capacity: 2
       ceilings: {default: 1, sheddable: 1, test-mode: 1}
-      interval: 20ms
+      interval: 100ms
+      timeout: 100ms
   - worker:
       cpu: {disable: true}
       retry_after: %s
 `
 
 // TestFleetSectionSharesCapacity builds the fleet section for two
-// instances on the real Redis: one request in flight on one is seen by the
-// other once a tick has published it. A reload that changes only the
-// worker section keeps the fleet layer.
+// instances on the real Redis, with a capacity of 2: each may admit one
+// request (its allowance is its own count plus half the room left), and
+// once one has a request in flight and a tick has published it, the other
+// may not (half of one unit of room is none). A reload that changes only
+// the worker section keeps the fleet layer. The ticks have 100ms, not the
+// default half interval: the test is not about a slow Redis.
 func TestFleetSectionSharesCapacity(t *testing.T) {
 	redistest.Client(t)
 	prefix := redistest.Prefix(t)
@@ -150,6 +154,9 @@ func TestFleetSectionSharesCapacity(t *testing.T) {
 	a, path := open(t, fmt.Sprintf(fleetFile, addr, prefix, "a", "1s"), Options{})
 	b := mustBuild(t, fmt.Sprintf(fleetFile, addr, prefix, "b", "1s"), Options{})
 	ctx := context.Background()
+	if err := b.Chain.Do(ctx, shed.Request{Key: "k"}, ok); err != nil {
+		t.Fatalf("instance b, with nothing in flight anywhere: %v", err)
+	}
 	var g shed.Grant
 	if err := a.Current().Chain.Acquire(ctx, shed.Request{Key: "k"}, &g); err != nil {
 		t.Fatal(err)
@@ -158,7 +165,7 @@ func TestFleetSectionSharesCapacity(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for b.Chain.Do(ctx, shed.Request{Key: "k"}, ok) == nil {
 		if time.Now().After(deadline) {
-			t.Fatal("instance b never saw a's request in flight: the capacity of 1 is not shared")
+			t.Fatal("instance b never saw a's request in flight: the capacity is not shared")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
