@@ -49,12 +49,15 @@
 // fleet's total at or below it: its own count plus an N-th of the room
 // left (or less an N-th of the excess). A request is admitted while this
 // instance's own count, now, stays within A. When every instance computed
-// A from the same entries, the allowances sum to exactly C. While the
-// fleet is full (less than one unit of room per instance), an instance
-// above its fair share (C ÷ N, rounded up) also gives back half of its
-// excess at each tick, so that capacity does not stay with whoever took it
-// first: an instance that joins a saturated fleet reaches about its share
-// within a few dozen ticks.
+// A from the same entries, the allowances sum to C less the remainder of
+// (C − F) ÷ N: fewer than N units of a ceiling can stay unused, and a
+// ceiling of fewer units than there are live instances admits nothing at
+// all (give such a priority a larger share, or the fleet a larger
+// capacity). While the fleet is full (less than one unit of room per
+// instance), an instance above its fair share (C ÷ N, rounded up) also
+// gives back half of its excess at each tick, so that capacity does not
+// stay with whoever took it first: an instance that joins a saturated
+// fleet reaches about its share within a few dozen ticks.
 //
 // The count is split into stripes, so that cores admitting at once do not
 // all write one cache line: about one stripe per P (a sync.Pool hands them

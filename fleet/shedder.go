@@ -354,8 +354,9 @@ func (s *Layer) setView(v *view) {
 // live instances: mine plus an n-th of the room left (negative when the
 // fleet is over: every instance then gives back its n-th of the excess).
 // If every instance computed it from the same entries, the allowances
-// would sum to exactly c, so the fleet overshoots only by what changed
-// between the instances' ticks (see the package documentation).
+// would sum to at most c (c less the remainder of the division), so the
+// fleet overshoots only by what changed between the instances' ticks (see
+// the package documentation).
 //
 // While the fleet is full (less room than one unit per instance), an
 // instance above its fair share (c ÷ n,
