@@ -97,10 +97,7 @@ func (f refuseAll) Algorithm() Algorithm                      { return f.alg }
 // whole limit would admit, is refused as over the limit rather than as an
 // error: the request is valid, only the estimate is smaller.
 func (r *Redis) decideLocally(ctx context.Context, key string, cost int64, cause error) (Result, bool, error) {
-	fb := r.fallbackStore()
-	if r.userFall == nil {
-		r.seed(ctx, fb, key)
-	}
+	fb := r.seededFallback(ctx, key)
 	res, err := fb.Allow(ctx, key, cost)
 	if err != nil {
 		if !errors.Is(err, ErrCostAboveBurst) {
@@ -112,6 +109,16 @@ func (r *Redis) decideLocally(ctx context.Context, key string, cost int64, cause
 		r.onFall(cause)
 	}
 	return res, true, nil
+}
+
+// seededFallback returns the store that decides while Redis does not
+// answer, with key seeded in the share this instance builds itself.
+func (r *Redis) seededFallback(ctx context.Context, key string) Store {
+	fb := r.fallbackStore()
+	if r.userFall == nil {
+		r.seed(ctx, fb, key)
+	}
+	return fb
 }
 
 // seed starts key's fallback from what Redis last told this instance of

@@ -56,10 +56,7 @@ func (r *Redis) Peek(ctx context.Context, key string) (res Result, fallback bool
 	}
 	rep, err := r.roundTrip(ctx, opPeek, key, 1, 1, now)
 	if err != nil {
-		fb := r.fallbackStore()
-		if r.userFall == nil {
-			r.seed(ctx, fb, key)
-		}
+		fb := r.seededFallback(ctx, key)
 		if r.onFall != nil {
 			r.onFall(err)
 		}
